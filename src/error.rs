@@ -29,7 +29,12 @@ pub struct Error {
 
 impl Error {
     fn new(kind: Kind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), param: None, source: None }
+        Error {
+            kind,
+            message: message.into(),
+            param: None,
+            source: None,
+        }
     }
 
     /// Malformed or out-of-range input.
@@ -103,7 +108,9 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 

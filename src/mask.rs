@@ -29,7 +29,10 @@ impl std::fmt::Debug for TokenMask {
 impl TokenMask {
     /// A mask that allows no token.
     pub fn none(vocab_size: usize) -> Self {
-        TokenMask { words: vec![0; words_for(vocab_size)], vocab_size }
+        TokenMask {
+            words: vec![0; words_for(vocab_size)],
+            vocab_size,
+        }
     }
 
     /// A mask that allows every token.
@@ -79,7 +82,11 @@ impl TokenMask {
 
     /// Allows token `id`. Panics if `id` is outside the vocabulary (a caller bug).
     pub fn allow(&mut self, id: usize) {
-        assert!(id < self.vocab_size, "token {id} outside a vocabulary of {}", self.vocab_size);
+        assert!(
+            id < self.vocab_size,
+            "token {id} outside a vocabulary of {}",
+            self.vocab_size
+        );
         self.words[id / 32] |= 1 << (id % 32);
     }
 
@@ -198,7 +205,10 @@ mod tests {
     fn wrong_mask_length_names_both_sizes() {
         let mut logits = vec![1.0; 33];
         let err = apply_token_mask(&mut logits, &[1]).unwrap_err();
-        assert_eq!(err.to_string(), "a mask over 33 tokens needs 2 u32 words, got 1");
+        assert_eq!(
+            err.to_string(),
+            "a mask over 33 tokens needs 2 u32 words, got 1"
+        );
         assert!(apply_token_mask(&mut [], &[]).is_err());
     }
 

@@ -16,10 +16,12 @@ fn context() -> Context {
     pollster::block_on(Context::new()).unwrap_or_else(|e| panic!("GPU tests need an adapter: {e}"))
 }
 
-/// Logits with the awkward values a real model can produce next to ordinary ones.
-fn random_logits(rng: &mut Rng, n: usize) -> Vec<f32> {
+/// Logits with the awkward values a real model can produce next to ordinary ones. With
+/// `coarse`, values come from {-1, 0, 1, 2}, so the maximum is tied many times over.
+fn random_logits(rng: &mut Rng, n: usize, coarse: bool) -> Vec<f32> {
     (0..n)
         .map(|_| match rng.below(100) {
+            _ if coarse => rng.below(4) as f32 - 1.0,
             0 => f32::NAN,
             1 => f32::NEG_INFINITY,
             2 => -0.0,
@@ -72,11 +74,15 @@ fn gpu_equals_cpu_on_random_logits_and_masks() {
     eprintln!("adapter: {:?}", ctx.adapter());
     let mut rng = Rng::new(0x5eed);
     for n in SIZES {
-        let logits = random_logits(&mut rng, n);
-        for density in [100, 50, 3] {
-            let mask = random_mask(&mut rng, n, density);
-            assert_same_as_cpu(&ctx, &logits, &mask, &format!("n={n} density={density}%"));
+        for coarse in [false, true] {
+            let logits = random_logits(&mut rng, n, coarse);
+            for density in [100, 50, 3] {
+                let mask = random_mask(&mut rng, n, density);
+                let what = format!("n={n} density={density}% coarse={coarse}");
+                assert_same_as_cpu(&ctx, &logits, &mask, &what);
+            }
         }
+        let logits = random_logits(&mut rng, n, false);
         // Exactly one allowed token, at the far end of the vocabulary.
         let mut last_only = vec![0u32; words_for(n)];
         last_only[(n - 1) / 32] = 1 << ((n - 1) % 32);
@@ -93,7 +99,10 @@ fn all_zero_mask_is_the_same_clear_error_on_gpu() {
             .expect_err("an all-zero mask has no argmax");
         assert_eq!(err.code(), "no_allowed_token");
         assert_eq!(err.param(), Some("mask"));
-        assert!(err.to_string().contains(&format!("none of the {n} tokens")), "{err}");
+        assert!(
+            err.to_string().contains(&format!("none of the {n} tokens")),
+            "{err}"
+        );
     }
 }
 
@@ -101,7 +110,10 @@ fn all_zero_mask_is_the_same_clear_error_on_gpu() {
 fn invalid_shapes_are_refused_before_any_gpu_work() {
     let ctx = context();
     let err = pollster::block_on(ctx.apply_token_mask(&mut [1.0; 40], &[1])).unwrap_err();
-    assert_eq!(err.to_string(), "a mask over 40 tokens needs 2 u32 words, got 1");
+    assert_eq!(
+        err.to_string(),
+        "a mask over 40 tokens needs 2 u32 words, got 1"
+    );
     let err = pollster::block_on(ctx.apply_token_mask(&mut [], &[])).unwrap_err();
     assert_eq!(err.code(), "invalid_input");
 }

@@ -24,7 +24,10 @@ fn every_shader_validates_with_naga() {
         .validate(&module)
         .unwrap_or_else(|e| panic!("{}", e.emit_to_string_with_path(&source, &name)));
         assert!(
-            module.entry_points.iter().all(|e| e.stage == naga::ShaderStage::Compute),
+            module
+                .entry_points
+                .iter()
+                .all(|e| e.stage == naga::ShaderStage::Compute),
             "{}: only compute entry points belong in shaders/",
             path.display()
         );
@@ -46,6 +49,9 @@ fn apply_token_mask_binding_table_matches_header() {
     bindings.sort_unstable();
     assert_eq!(bindings, vec![0, 1, 2, 3, 4]);
     for binding in 0..5 {
-        assert!(source.contains(&format!("//   {binding}  ")), "binding {binding} undocumented");
+        assert!(
+            source.contains(&format!("//   {binding}  ")),
+            "binding {binding} undocumented"
+        );
     }
 }

@@ -76,7 +76,9 @@ impl Context {
                 ..Default::default()
             })
             .await
-            .map_err(|e| Error::gpu(format!("could not open the GPU device: {e}")).with_source(e))?;
+            .map_err(|e| {
+                Error::gpu(format!("could not open the GPU device: {e}")).with_source(e)
+            })?;
         let info = adapter.get_info();
         let summary = AdapterSummary {
             name: info.name.clone(),
@@ -98,7 +100,13 @@ impl Context {
         let limits = device.limits();
         let max_binding_bytes =
             u64::from(limits.max_storage_buffer_binding_size).min(limits.max_buffer_size);
-        Ok(Context { device, queue, adapter, max_binding_bytes, apply_token_mask })
+        Ok(Context {
+            device,
+            queue,
+            adapter,
+            max_binding_bytes,
+            apply_token_mask,
+        })
     }
 
     /// The adapter this context runs on.
@@ -235,7 +243,9 @@ impl Context {
         receiver
             .await
             .map_err(|_| Error::gpu("the GPU device was lost while reading back a buffer"))?
-            .map_err(|e| Error::gpu(format!("reading back a GPU buffer failed: {e}")).with_source(e))?;
+            .map_err(|e| {
+                Error::gpu(format!("reading back a GPU buffer failed: {e}")).with_source(e)
+            })?;
         let bytes = buffer
             .get_mapped_range(..)
             .map_err(|e| Error::gpu(format!("reading back a GPU buffer failed: {e}")))?
@@ -304,7 +314,10 @@ impl MaskKernel {
 }
 
 fn entry(binding: u32, buffer: &wgpu::Buffer) -> wgpu::BindGroupEntry<'_> {
-    wgpu::BindGroupEntry { binding, resource: buffer.as_entire_binding() }
+    wgpu::BindGroupEntry {
+        binding,
+        resource: buffer.as_entire_binding(),
+    }
 }
 
 /// Validation and out-of-memory scopes around a piece of GPU work.
@@ -326,7 +339,9 @@ impl ErrorScope {
         let validation = self.validation.pop().await;
         let out_of_memory = self.out_of_memory.pop().await;
         match (validation, out_of_memory) {
-            (Some(e), _) => Err(Error::gpu(format!("GPU validation error while {doing}: {e}"))),
+            (Some(e), _) => Err(Error::gpu(format!(
+                "GPU validation error while {doing}: {e}"
+            ))),
             (None, Some(e)) => Err(Error::gpu(format!("GPU out of memory while {doing}: {e}"))),
             (None, None) => Ok(()),
         }

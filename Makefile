@@ -1,0 +1,50 @@
+# `make demo` and `make test` are the two entry points; both install what they need first and
+# skip what is already installed or built.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+STAGE := scripts/stage.sh
+WASM_TARGET := wasm32-unknown-unknown
+WASM := target/$(WASM_TARGET)/release/poot.wasm
+# lavapipe prints a harmless warning without it.
+export XDG_RUNTIME_DIR ?= /tmp
+PORT ?= 8080
+
+.PHONY: demo test build wasm ts lint rust-test node-test browser-test
+
+demo:
+	@$(STAGE) deps scripts/install-deps.sh demo
+	@$(MAKE) --no-print-directory build
+	node scripts/serve.mjs --host 127.0.0.1 --port $(PORT)
+
+test:
+	@$(STAGE) deps scripts/install-deps.sh test
+	@$(MAKE) --no-print-directory lint rust-test build node-test browser-test
+
+build: wasm ts
+
+wasm:
+	@$(STAGE) wasm-build cargo build --target $(WASM_TARGET) --release --features gpu
+	@$(STAGE) wasm-bindgen wasm-bindgen --target web --out-dir pkg/wasm --out-name poot $(WASM)
+
+ts:
+	@$(STAGE) tsc bash -c 'cd pkg && npx tsc -p .'
+
+lint:
+	@$(STAGE) guard-edges scripts/guard-edges.sh
+	@$(STAGE) fmt cargo fmt --check
+	@$(STAGE) clippy-core cargo clippy --all-targets -- -D warnings
+	@$(STAGE) clippy-features cargo clippy --all-targets --features gpu,cli -- -D warnings
+	@$(STAGE) clippy-wasm32 cargo clippy --target $(WASM_TARGET) --features gpu -- -D warnings
+
+# The core alone (plain `cargo test`), then everything with the GPU tests on lavapipe and the
+# shader validation.
+rust-test:
+	@$(STAGE) cargo-test-core cargo test
+	@$(STAGE) cargo-test-features cargo test --features gpu,cli
+
+node-test:
+	@$(STAGE) node-test bash -c 'cd pkg && node --test test/node/'
+
+browser-test:
+	@mkdir -p test-results
+	@$(STAGE) browser-test bash -c 'cd pkg && node --test --test-concurrency=1 test/browser/'

@@ -1,0 +1,113 @@
+//! The JavaScript bindings: the only module that touches wasm-bindgen or js-sys.
+//!
+//! Each export parses its arguments, calls one core function and converts the result.
+//! Errors cross as JS `Error`s carrying `code`, `param` and `status` (400 for the caller's
+//! fault, 500 for ours), so the TypeScript layer can build OpenAI-shaped error bodies.
+
+use wasm_bindgen::prelude::*;
+
+use crate::error::Error;
+
+/// Turns a crate error into a JS `Error` with `code`, `param` and `status` properties.
+fn to_js_error(error: Error) -> JsValue {
+    let js = js_sys::Error::new(error.message());
+    let set = |key: &str, value: JsValue| {
+        // Setting a property on a fresh Error object cannot fail.
+        let _ = js_sys::Reflect::set(&js, &JsValue::from_str(key), &value);
+    };
+    set("code", JsValue::from_str(error.code()));
+    set(
+        "param",
+        error.param().map_or(JsValue::NULL, JsValue::from_str),
+    );
+    set(
+        "status",
+        JsValue::from_f64(if error.is_client_error() {
+            400.0
+        } else {
+            500.0
+        }),
+    );
+    js.into()
+}
+
+/// Installs a panic hook that reports the panic message on the console, once, at load.
+#[wasm_bindgen(start)]
+fn start() {
+    std::panic::set_hook(Box::new(|info| {
+        web_log(&format!("poot: internal error (a Rust panic): {info}"));
+    }));
+}
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = console, js_name = error)]
+    fn web_log(message: &str);
+}
+
+/// CPU twin of the GPU kernel: masks `logits` in place (disallowed -> -Infinity) and returns
+/// the index of the largest allowed logit. Bit `i % 32` of `mask[i / 32]` allows token `i`.
+#[wasm_bindgen(js_name = applyTokenMaskCpu)]
+pub fn apply_token_mask_cpu(logits: &mut [f32], mask: &[u32]) -> Result<u32, JsValue> {
+    crate::mask::apply_token_mask(logits, mask).map_err(to_js_error)
+}
+
+#[cfg(feature = "gpu")]
+mod gpu_bindings {
+    use std::rc::Rc;
+
+    use wasm_bindgen::prelude::*;
+
+    use super::to_js_error;
+    use crate::gpu::Context;
+
+    /// A WebGPU device with the compiled kernels.
+    #[wasm_bindgen]
+    #[derive(Debug)]
+    pub struct GpuContext {
+        inner: Rc<Context>,
+    }
+
+    #[wasm_bindgen]
+    impl GpuContext {
+        /// Requests the browser's WebGPU adapter and device; rejects when WebGPU is missing.
+        pub async fn create() -> Result<GpuContext, JsValue> {
+            let inner = Context::new().await.map_err(to_js_error)?;
+            Ok(GpuContext {
+                inner: Rc::new(inner),
+            })
+        }
+
+        /// The adapter's name as the browser reports it (may be empty where it hides it).
+        #[wasm_bindgen(getter, js_name = adapterName)]
+        pub fn adapter_name(&self) -> String {
+            self.inner.adapter().name.clone()
+        }
+
+        /// Whether the adapter is a software/fallback one (SwiftShader): correct but slow.
+        #[wasm_bindgen(getter, js_name = isSoftware)]
+        pub fn is_software(&self) -> bool {
+            self.inner.adapter().is_software
+        }
+
+        /// GPU twin of `applyTokenMaskCpu`: writes the masked logits back into `logits` and
+        /// resolves to the argmax index.
+        #[wasm_bindgen(js_name = applyTokenMask)]
+        pub fn apply_token_mask(
+            &self,
+            logits: js_sys::Float32Array,
+            mask: Vec<u32>,
+        ) -> js_sys::Promise {
+            let inner = Rc::clone(&self.inner);
+            wasm_bindgen_futures::future_to_promise(async move {
+                let mut values = logits.to_vec();
+                let index = inner
+                    .apply_token_mask(&mut values, &mask)
+                    .await
+                    .map_err(to_js_error)?;
+                logits.copy_from(&values);
+                Ok(JsValue::from(index))
+            })
+        }
+    }
+}
