@@ -98,8 +98,9 @@ impl Context {
         let apply_token_mask = MaskKernel::new(&device);
         scope.pop("compiling apply_token_mask.wgsl").await?;
         let limits = device.limits();
-        let max_binding_bytes =
-            u64::from(limits.max_storage_buffer_binding_size).min(limits.max_buffer_size);
+        let max_binding_bytes = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size);
         Ok(Context {
             device,
             queue,
