@@ -21,6 +21,8 @@
 //! (compiled only for `wasm32`, the only place that touches JavaScript).
 
 pub mod error;
+pub mod gguf;
+pub mod limits;
 pub mod mask;
 
 #[cfg(feature = "gpu")]
