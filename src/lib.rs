@@ -24,6 +24,7 @@ pub mod error;
 pub mod gguf;
 pub mod limits;
 pub mod mask;
+pub mod vocab;
 
 #[cfg(feature = "gpu")]
 pub mod gpu;

@@ -1,0 +1,188 @@
+//! A byte trie over the text tokens, flattened in preorder.
+//!
+//! Mask computation walks it against an automaton: a node whose byte kills the automaton
+//! skips its whole subtree in one jump, so a restrictive state (`[0-9]`) touches a few
+//! hundred of the ~200k nodes of a 49k-token vocabulary and a permissive one (`.*`) touches
+//! each node once.
+
+use super::{TokenId, TokenKind};
+use crate::error::{Error, Result};
+
+/// One trie node (the root is implicit). 12 bytes, so the 49k-token walk streams ~2.4 MB.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    /// Index of the first node after this node's subtree.
+    next: u32,
+    /// Tokens ending here are `tokens[tok_start..nodes[i + 1].tok_start]`.
+    tok_start: u32,
+    /// Depth, the root's children being 1 (the token length at this node).
+    depth: u16,
+    byte: u8,
+}
+
+/// The trie; see the module docs.
+#[derive(Debug, Clone)]
+pub(crate) struct Trie {
+    /// Preorder nodes plus one sentinel whose `tok_start` closes the last node's token list.
+    nodes: Vec<Node>,
+    tokens: Vec<TokenId>,
+    max_depth: usize,
+}
+
+impl Trie {
+    pub(crate) fn build(bytes: &[u8], offsets: &[usize], kinds: &[TokenKind]) -> Result<Self> {
+        let tok = |id: u32| &bytes[offsets[id as usize]..offsets[id as usize + 1]];
+        let mut ids: Vec<u32> = (0..kinds.len() as u32)
+            .filter(|&i| kinds[i as usize] == TokenKind::Text)
+            .collect();
+        if let Some(&long) = ids.iter().find(|&&i| tok(i).len() > usize::from(u16::MAX)) {
+            return Err(Error::limit_exceeded(format!(
+                "token {long} is {} bytes long, over the {}-byte limit for a token",
+                tok(long).len(),
+                u16::MAX
+            )));
+        }
+        ids.sort_unstable_by(|&a, &b| tok(a).cmp(tok(b)).then(a.cmp(&b)));
+
+        let mut nodes: Vec<Node> = Vec::new();
+        let mut tokens = Vec::with_capacity(ids.len());
+        let mut path: Vec<usize> = Vec::new();
+        let mut prev: &[u8] = &[];
+        let mut max_depth = 0;
+        for id in ids {
+            let t = tok(id);
+            let lcp = prev.iter().zip(t).take_while(|(a, b)| a == b).count();
+            while path.len() > lcp {
+                let n = path.pop().expect("path is longer than lcp");
+                nodes[n].next = nodes.len() as u32;
+            }
+            for (d, &byte) in t.iter().enumerate().skip(lcp) {
+                path.push(nodes.len());
+                nodes.push(Node {
+                    next: 0,
+                    tok_start: tokens.len() as u32,
+                    depth: d as u16 + 1,
+                    byte,
+                });
+            }
+            // Sorted order puts every token at the most recently created node (a duplicate
+            // ends where its twin did), so each node's tokens are contiguous.
+            tokens.push(id);
+            max_depth = max_depth.max(t.len());
+            prev = t;
+        }
+        for n in path {
+            nodes[n].next = nodes.len() as u32;
+        }
+        nodes.push(Node {
+            next: 0,
+            tok_start: tokens.len() as u32,
+            depth: 0,
+            byte: 0,
+        });
+        Ok(Trie {
+            nodes,
+            tokens,
+            max_depth,
+        })
+    }
+
+    /// Number of nodes (without the root).
+    #[cfg(test)]
+    pub(crate) fn node_count(&self) -> usize {
+        self.nodes.len() - 1
+    }
+
+    /// Walks every token path from automaton state `start`, following `next(state, byte)`
+    /// and pruning at `dead`; calls `allow` for each token whose whole path stays alive.
+    #[inline]
+    pub(crate) fn walk(
+        &self,
+        start: u32,
+        dead: u32,
+        next: impl Fn(u32, u8) -> u32,
+        mut allow: impl FnMut(TokenId),
+    ) {
+        let mut states = vec![start; self.max_depth + 1];
+        let nodes = &self.nodes;
+        let end = nodes.len() - 1;
+        let mut i = 0;
+        while i < end {
+            let node = nodes[i];
+            let depth = usize::from(node.depth);
+            let s = next(states[depth - 1], node.byte);
+            if s == dead {
+                i = node.next as usize;
+                continue;
+            }
+            states[depth] = s;
+            for &t in &self.tokens[node.tok_start as usize..nodes[i + 1].tok_start as usize] {
+                allow(t);
+            }
+            i += 1;
+        }
+    }
+
+    /// The token with the longest bytes that are a prefix of `text` (lowest id among equals).
+    pub(crate) fn longest_prefix(&self, text: &[u8]) -> Option<(TokenId, usize)> {
+        let nodes = &self.nodes;
+        let mut best = None;
+        let (mut first_child, mut end) = (0, nodes.len() - 1);
+        for (depth, &byte) in text.iter().enumerate() {
+            let mut j = first_child;
+            while j < end && nodes[j].byte != byte {
+                j = nodes[j].next as usize;
+            }
+            if j >= end {
+                break;
+            }
+            let (start, stop) = (nodes[j].tok_start as usize, nodes[j + 1].tok_start as usize);
+            if start < stop {
+                best = Some((self.tokens[start], depth + 1));
+            }
+            first_child = j + 1;
+            end = nodes[j].next as usize;
+        }
+        best
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trie(tokens: &[&[u8]]) -> Trie {
+        let mut bytes = Vec::new();
+        let mut offsets = vec![0];
+        for t in tokens {
+            bytes.extend_from_slice(t);
+            offsets.push(bytes.len());
+        }
+        Trie::build(&bytes, &offsets, &vec![TokenKind::Text; tokens.len()]).unwrap()
+    }
+
+    #[test]
+    fn walk_without_pruning_reports_every_token_once() {
+        let t = trie(&[b"b", b"ab", b"a", b"abc", b"ab", b"ba"]);
+        assert_eq!(t.node_count(), 5); // a, ab, abc, b, ba
+        let mut seen = Vec::new();
+        t.walk(1, 0, |s, _| s, |id| seen.push(id));
+        seen.sort();
+        assert_eq!(seen, vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn walk_prunes_dead_subtrees() {
+        let t = trie(&[b"b", b"ab", b"a", b"abc", b"ac"]);
+        // An automaton for "ab*": state 1 --a--> 2 --b--> 2, anything else dead (0).
+        let next = |s: u32, b: u8| match (s, b) {
+            (1, b'a') => 2,
+            (2, b'b') => 2,
+            _ => 0,
+        };
+        let mut seen = Vec::new();
+        t.walk(1, 0, next, |id| seen.push(id));
+        seen.sort();
+        assert_eq!(seen, vec![1, 2]);
+    }
+}
