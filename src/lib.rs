@@ -20,10 +20,13 @@
 //! `gpu` ([`gpu`], wgpu compute kernels), `cli` (the `poot` binary), and `src/wasm/`
 //! (compiled only for `wasm32`, the only place that touches JavaScript).
 
+pub mod choice;
+pub mod constraint;
 pub mod error;
 pub mod gguf;
 pub mod limits;
 pub mod mask;
+pub mod regex;
 pub mod vocab;
 
 #[cfg(feature = "gpu")]

@@ -1,0 +1,382 @@
+//! `guided_regex`: a pattern compiled to a byte-level, anchored DFA over the whole output.
+//!
+//! The pattern is parsed by regex-syntax (Unicode on: classes such as `\p{Greek}` or `é`
+//! compile to their UTF-8 byte sequences, so the automaton reads bytes and a token that ends in
+//! the middle of a character is still judged exactly), compiled to a Thompson NFA and
+//! determinized by regex-automata with [`MatchKind::All`] (every alternative stays alive, so
+//! `a|ab` accepts both) and an anchored start. Each bound of [`crate::limits`] is a hard stop:
+//! the pattern length, the NFA's size, and the determinizer's and the DFA's memory, so a
+//! pattern like `(a|b)*a(a|b){17}` (2^18 states) is refused in about a millisecond.
+//!
+//! The DFA is then copied into [`Dfa`], a compact table in which every state can still reach a
+//! match: states that cannot are merged into the dead state, so "the automaton is alive" means
+//! exactly "the output so far is a prefix of some string in the language".
+//!
+//! Unsupported syntax is an error, never a silent approximation: look-around and
+//! back-references (not regular), and Unicode word boundaries `\b` (use `(?-u:\b)`).
+
+use crate::error::{Error, Result};
+use crate::limits::{AUTOMATON_BYTES, ERROR_QUOTE_CHARS, MAX_REGEX_BYTES, MAX_REGEX_NESTING};
+use regex_automata::dfa::{dense, Automaton};
+use regex_automata::nfa::thompson;
+use regex_automata::util::start;
+use regex_automata::{Anchored, MatchKind};
+use std::collections::HashMap;
+
+/// The dead state: no continuation of the output can match.
+pub const DEAD: u32 = 0;
+
+const NO_FORCED: u16 = u16::MAX;
+
+/// A compiled pattern: a byte-level DFA whose live states all reach a match.
+///
+/// States are `u32` handles (premultiplied table offsets); [`DEAD`] is 0.
+///
+/// ```
+/// let dfa = poot::regex::Dfa::new("[0-9]{4}-[0-9]{2}").unwrap();
+/// assert!(dfa.matches(b"2024-05"));
+/// assert!(!dfa.matches(b"2024-5"));
+/// let s = dfa.walk(dfa.start(), b"2024");
+/// assert_eq!(dfa.forced_byte(s), Some(b'-'));
+/// ```
+#[derive(Clone)]
+pub struct Dfa {
+    classes: [u8; 256],
+    stride: usize,
+    /// `trans[state + classes[byte]]` is the next state; row 0 is the dead state.
+    trans: Vec<u32>,
+    accepting: Vec<bool>,
+    forced: Vec<u16>,
+    start: u32,
+}
+
+impl std::fmt::Debug for Dfa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dfa")
+            .field("states", &self.state_count())
+            .field("byte_classes", &self.stride)
+            .finish()
+    }
+}
+
+/// Quotes user input for an error message, shortened to [`ERROR_QUOTE_CHARS`] characters.
+pub(crate) fn quote(text: &str) -> String {
+    if text.chars().count() <= ERROR_QUOTE_CHARS {
+        format!("`{text}`")
+    } else {
+        let head: String = text.chars().take(ERROR_QUOTE_CHARS).collect();
+        format!("`{head}…`")
+    }
+}
+
+impl Dfa {
+    /// Compiles a `guided_regex` pattern; errors name the field `guided_regex`.
+    pub fn new(pattern: &str) -> Result<Self> {
+        if pattern.len() > MAX_REGEX_BYTES {
+            return Err(Error::limit_exceeded(format!(
+                "guided_regex {} is {} bytes, over the {MAX_REGEX_BYTES}-byte limit",
+                quote(pattern),
+                pattern.len()
+            ))
+            .with_param("guided_regex"));
+        }
+        Self::build(pattern, "guided_regex", &quote(pattern))
+    }
+
+    /// Compiles `pattern` for the request field `field`, naming the input as `shown`.
+    pub(crate) fn build(pattern: &str, field: &str, shown: &str) -> Result<Self> {
+        let err_param = |e: Error| e.with_param(field);
+        let too_big = || {
+            err_param(Error::limit_exceeded(format!(
+                "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit"
+            )))
+        };
+        let hir = regex_syntax::ParserBuilder::new()
+            .nest_limit(MAX_REGEX_NESTING)
+            .build()
+            .parse(pattern)
+            .map_err(|e| err_param(syntax_error(field, shown, e)))?;
+        let nfa = thompson::Compiler::new()
+            .configure(
+                thompson::Config::new()
+                    .nfa_size_limit(Some(AUTOMATON_BYTES))
+                    .which_captures(thompson::WhichCaptures::None)
+                    .shrink(false),
+            )
+            .build_from_hir(&hir)
+            .map_err(|e| {
+                if e.size_limit().is_some() {
+                    too_big().with_source(e)
+                } else {
+                    err_param(Error::invalid_input(format!(
+                        "{field} {shown} cannot be compiled: {e}"
+                    )))
+                    .with_source(e)
+                }
+            })?;
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    .match_kind(MatchKind::All)
+                    .start_kind(regex_automata::dfa::StartKind::Anchored)
+                    .accelerate(false)
+                    .minimize(false)
+                    .specialize_start_states(false)
+                    .dfa_size_limit(Some(AUTOMATON_BYTES))
+                    .determinize_size_limit(Some(AUTOMATON_BYTES)),
+            )
+            .build_from_nfa(&nfa)
+            .map_err(|e| {
+                if e.is_size_limit_exceeded() {
+                    too_big().with_source(e)
+                } else {
+                    err_param(Error::invalid_input(format!(
+                        "{field} {shown} is not supported: {e} (Unicode \\b cannot be compiled to \
+                         a DFA; use (?-u:\\b))"
+                    )))
+                    .with_source(e)
+                }
+            })?;
+        let compact = Self::from_dense(&dfa)
+            .map_err(|e| err_param(Error::invalid_input(format!("{field} {shown} {e}"))))?;
+        if compact.trans.len() * 4 > AUTOMATON_BYTES {
+            return Err(too_big());
+        }
+        Ok(compact)
+    }
+
+    /// Copies the reachable part of a dense DFA, merging states that cannot reach a match into
+    /// the dead state.
+    fn from_dense(dfa: &dense::DFA<Vec<u32>>) -> std::result::Result<Self, String> {
+        let byte_classes = dfa.byte_classes();
+        let stride = byte_classes.alphabet_len() - 1; // without the end-of-input class
+        let mut classes = [0u8; 256];
+        let mut reps = vec![0u8; stride];
+        let mut class_size = vec![0usize; stride];
+        for b in (0..=255u8).rev() {
+            let c = byte_classes.get(b);
+            classes[b as usize] = c;
+            reps[c as usize] = b;
+            class_size[c as usize] += 1;
+        }
+        let start = dfa
+            .start_state(&start::Config::new().anchored(Anchored::Yes))
+            .map_err(|e| format!("has no anchored start state: {e}"))?;
+
+        // Breadth-first over reachable states; raw transitions use usize::MAX for dead.
+        let mut index: HashMap<regex_automata::util::primitives::StateID, usize> = HashMap::new();
+        let mut order = vec![start];
+        index.insert(start, 0);
+        let mut raw: Vec<usize> = Vec::new();
+        let mut accepting = Vec::new();
+        let mut i = 0;
+        while i < order.len() {
+            let sid = order[i];
+            accepting.push(dfa.is_match_state(dfa.next_eoi_state(sid)));
+            for &b in &reps {
+                let next = dfa.next_state(sid, b);
+                if dfa.is_dead_state(next) || dfa.is_quit_state(next) {
+                    raw.push(usize::MAX);
+                    continue;
+                }
+                let n = order.len();
+                let j = *index.entry(next).or_insert_with(|| {
+                    order.push(next);
+                    n
+                });
+                raw.push(j);
+            }
+            i += 1;
+        }
+
+        // Live states reach an accepting state: a backward search from the accepting ones.
+        let n = order.len();
+        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for s in 0..n {
+            for &t in &raw[s * stride..(s + 1) * stride] {
+                if t != usize::MAX {
+                    preds[t].push(s);
+                }
+            }
+        }
+        let mut live = accepting.clone();
+        let mut stack: Vec<usize> = (0..n).filter(|&s| accepting[s]).collect();
+        while let Some(s) = stack.pop() {
+            for &p in &preds[s] {
+                if !live[p] {
+                    live[p] = true;
+                    stack.push(p);
+                }
+            }
+        }
+        if !live[0] {
+            return Err("matches no string, so no output could satisfy it".into());
+        }
+
+        // Renumber: dead is row 0, live states follow in breadth-first order.
+        let mut new_id = vec![0u32; n];
+        let mut next_row = 1u32;
+        for s in 0..n {
+            if live[s] {
+                new_id[s] = next_row * stride as u32;
+                next_row += 1;
+            }
+        }
+        let rows = next_row as usize;
+        let mut trans = vec![DEAD; rows * stride];
+        let mut acc = vec![false; rows];
+        let mut forced = vec![NO_FORCED; rows];
+        for s in (0..n).filter(|&s| live[s]) {
+            let row = new_id[s] as usize / stride;
+            acc[row] = accepting[s];
+            let mut live_bytes = 0;
+            let mut only = NO_FORCED;
+            for c in 0..stride {
+                let t = raw[s * stride + c];
+                if t != usize::MAX && live[t] {
+                    trans[row * stride + c] = new_id[t];
+                    live_bytes += class_size[c];
+                    only = u16::from(reps[c]);
+                }
+            }
+            if !accepting[s] && live_bytes == 1 {
+                forced[row] = only;
+            }
+        }
+        Ok(Dfa {
+            classes,
+            stride,
+            trans,
+            accepting: acc,
+            forced,
+            start: new_id[0],
+        })
+    }
+
+    /// The state before any output.
+    pub fn start(&self) -> u32 {
+        self.start
+    }
+
+    /// The state after `byte`; [`DEAD`] when no continuation can match.
+    #[inline(always)]
+    pub fn next(&self, state: u32, byte: u8) -> u32 {
+        self.trans[state as usize + usize::from(self.classes[usize::from(byte)])]
+    }
+
+    /// The state after `bytes` (stays [`DEAD`] once dead).
+    pub fn walk(&self, mut state: u32, bytes: &[u8]) -> u32 {
+        for &b in bytes {
+            if state == DEAD {
+                break;
+            }
+            state = self.next(state, b);
+        }
+        state
+    }
+
+    /// Whether the output that led to `state` matches the whole pattern.
+    pub fn is_accepting(&self, state: u32) -> bool {
+        self.accepting[self.index(state)]
+    }
+
+    /// The one byte that can follow in `state`, when the output there is not complete and
+    /// exactly one byte keeps it alive (jump-forward decoding).
+    pub fn forced_byte(&self, state: u32) -> Option<u8> {
+        let f = self.forced[self.index(state)];
+        (f != NO_FORCED).then_some(f as u8)
+    }
+
+    /// Whether `bytes` as a whole matches the pattern.
+    pub fn matches(&self, bytes: &[u8]) -> bool {
+        let s = self.walk(self.start, bytes);
+        s != DEAD && self.is_accepting(s)
+    }
+
+    /// Number of states, the dead state included.
+    pub fn state_count(&self) -> usize {
+        self.accepting.len()
+    }
+
+    /// A dense index in `0..state_count()` for `state` (0 is dead).
+    #[inline]
+    pub fn index(&self, state: u32) -> usize {
+        state as usize / self.stride
+    }
+
+    /// Heap bytes of the transition table.
+    pub fn memory_usage(&self) -> usize {
+        self.trans.len() * 4 + self.accepting.len() * 3
+    }
+}
+
+/// A one-line message for a regex-syntax error: what is wrong and at which byte.
+fn syntax_error(field: &str, shown: &str, e: regex_syntax::Error) -> Error {
+    let (detail, offset, nest) = match &e {
+        regex_syntax::Error::Parse(p) => (
+            p.kind().to_string(),
+            p.span().start.offset,
+            matches!(p.kind(), regex_syntax::ast::ErrorKind::NestLimitExceeded(_)),
+        ),
+        regex_syntax::Error::Translate(t) => (t.kind().to_string(), t.span().start.offset, false),
+        other => (other.to_string(), 0, false),
+    };
+    let err = if nest {
+        Error::limit_exceeded(format!(
+            "{field} {shown} nests groups or repetitions deeper than the limit of {MAX_REGEX_NESTING}"
+        ))
+    } else {
+        Error::invalid_input(format!(
+            "{field} {shown} is not a supported regex: {detail} (at byte {offset})"
+        ))
+    };
+    err.with_source(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alternatives_all_stay_alive() {
+        let dfa = Dfa::new("a|ab|abc").unwrap();
+        assert!(dfa.matches(b"a") && dfa.matches(b"ab") && dfa.matches(b"abc"));
+        assert!(!dfa.matches(b"") && !dfa.matches(b"abcd") && !dfa.matches(b"b"));
+    }
+
+    #[test]
+    fn states_that_cannot_match_are_dead() {
+        // After "a" nothing can match `a$b`, so the whole pattern matches no string.
+        let err = Dfa::new("a$b").unwrap_err();
+        assert!(err.to_string().contains("matches no string"), "{err}");
+        // `x(a$b|c)`: after "xa" the automaton is dead, not merely non-accepting.
+        let dfa = Dfa::new("x(a$b|c)").unwrap();
+        let s = dfa.walk(dfa.start(), b"x");
+        assert_eq!(dfa.next(s, b'a'), DEAD);
+        assert_ne!(dfa.next(s, b'c'), DEAD);
+    }
+
+    #[test]
+    fn unicode_classes_are_utf8_byte_sequences() {
+        let dfa = Dfa::new(r"\p{Greek}+").unwrap();
+        assert!(dfa.matches("αβγ".as_bytes()));
+        assert!(!dfa.matches(b"abc"));
+        let alpha = "α".as_bytes();
+        let half = dfa.walk(dfa.start(), &alpha[..1]);
+        assert_ne!(half, DEAD);
+        assert!(!dfa.is_accepting(half));
+        assert!(dfa.is_accepting(dfa.walk(half, &alpha[1..])));
+        // `é` is two bytes: after the first, the second is forced.
+        let dfa = Dfa::new("é").unwrap();
+        assert_eq!(dfa.forced_byte(dfa.start()), Some(0xC3));
+        assert_eq!(dfa.forced_byte(dfa.walk(dfa.start(), &[0xC3])), Some(0xA9));
+    }
+
+    #[test]
+    fn anchors_and_ascii_word_boundaries_work() {
+        let dfa = Dfa::new(r"^ab$").unwrap();
+        assert!(dfa.matches(b"ab") && !dfa.matches(b"abab"));
+        let dfa = Dfa::new(r"(?-u:\b)foo(?-u:\b)").unwrap();
+        assert!(dfa.matches(b"foo"));
+    }
+}
