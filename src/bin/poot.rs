@@ -1,22 +1,527 @@
-//! `poot`: the command-line tool over the same core as the wasm build.
+//! The `poot` command-line tool (feature `cli`).
 //!
-//! The verbs (check, trace, sample, coverage, tokenize, eval, generate, serve) arrive with the
-//! issues that build their engines; until then this prints the usage.
+//! ```text
+//! poot check  --request FILE
+//! poot trace  --model GGUF --request FILE --output TEXT_FILE [--masks]
+//! poot sample --model GGUF --request FILE --n N --seed S [--max-tokens M]
+//! ```
+//!
+//! `check` compiles the constraint an OpenAI request body carries and prints
+//! `{"ok":true,"kind":...}` (exit 0) or the OpenAI-shaped 400 body (exit 1). `trace` follows a
+//! text token by token (greedy longest match over the vocabulary) and times every mask;
+//! `sample` takes seeded random walks through the masks. `--model` may also be a Hugging Face
+//! `tokenizer.json`. Clocks live here, never in the library. Further verbs (coverage, tokenize,
+//! eval, generate, serve) arrive with the issues that build their engines.
 
+use poot::constraint::{Constraint, Matcher, Spec};
+use poot::mask::words_for;
+use poot::vocab::{TokenId, Vocabulary};
+use poot::Error;
+use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
 
-const USAGE: &str = "usage: poot <command> [options]\n\ncommands arrive with their engines; \
-see README.md";
+const USAGE: &str = "usage:
+  poot check  --request FILE
+  poot trace  --model GGUF|tokenizer.json --request FILE --output TEXT_FILE [--masks]
+  poot sample --model GGUF|tokenizer.json --request FILE --n N --seed S [--max-tokens M]";
+
+/// Probability of ending a sampled output when the end-of-sequence token is allowed.
+const SAMPLE_EOS_PROBABILITY: f64 = 0.3;
 
 fn main() -> ExitCode {
-    match std::env::args().nth(1).as_deref() {
-        Some("--version" | "-V") => {
-            println!("poot {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        _ => {
-            eprintln!("{USAGE}");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(code) => code,
+        Err(Failure::Usage(msg)) => {
+            eprintln!("poot: {msg}\n{USAGE}");
             ExitCode::from(2)
         }
+        Err(Failure::Io(msg)) => {
+            eprintln!("poot: {msg}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Request(err)) => {
+            println!("{}", error_body(&err));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Why a command stopped: bad arguments or files (exit 2), or a 400 for the request (exit 1).
+#[derive(Debug)]
+enum Failure {
+    Usage(String),
+    Io(String),
+    Request(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Request(e)
+    }
+}
+
+/// Parsed `--key value` options and bare `--flag`s.
+#[derive(Debug)]
+struct Options {
+    values: HashMap<String, String>,
+    masks: bool,
+}
+
+impl Options {
+    fn parse(args: &[String], allowed: &[&str]) -> Result<Self, Failure> {
+        let mut values = HashMap::new();
+        let mut masks = false;
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let key = arg
+                .strip_prefix("--")
+                .ok_or_else(|| Failure::Usage(format!("unexpected argument `{arg}`")))?;
+            if key == "masks" && allowed.contains(&"masks") {
+                masks = true;
+                continue;
+            }
+            if !allowed.contains(&key) {
+                return Err(Failure::Usage(format!("unknown option `--{key}`")));
+            }
+            let value = it
+                .next()
+                .ok_or_else(|| Failure::Usage(format!("`--{key}` needs a value")))?;
+            values.insert(key.to_owned(), value.clone());
+        }
+        Ok(Options { values, masks })
+    }
+
+    fn required(&self, key: &str) -> Result<&str, Failure> {
+        self.values
+            .get(key)
+            .map(String::as_str)
+            .ok_or_else(|| Failure::Usage(format!("`--{key}` is required")))
+    }
+
+    fn number(&self, key: &str, default: Option<u64>) -> Result<u64, Failure> {
+        match (self.values.get(key), default) {
+            (Some(v), _) => v
+                .parse()
+                .map_err(|_| Failure::Usage(format!("`--{key}` must be a number, got `{v}`"))),
+            (None, Some(d)) => Ok(d),
+            (None, None) => Err(Failure::Usage(format!("`--{key}` is required"))),
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<ExitCode, Failure> {
+    let (cmd, rest) = args
+        .split_first()
+        .ok_or_else(|| Failure::Usage("no command".into()))?;
+    match cmd.as_str() {
+        "check" => {
+            let opts = Options::parse(rest, &["request"])?;
+            let body = read(opts.required("request")?)?;
+            let (out, ok) = check(&body);
+            println!("{out}");
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        "trace" => {
+            let opts = Options::parse(rest, &["model", "request", "output", "masks"])?;
+            let vocab = load_vocab(opts.required("model")?)?;
+            let spec = request_spec(&read(opts.required("request")?)?)?;
+            let text = read(opts.required("output")?)?;
+            let (lines, ok) = trace(&spec, vocab, &text, opts.masks)?;
+            for line in lines {
+                println!("{line}");
+            }
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        "sample" => {
+            let opts = Options::parse(rest, &["model", "request", "n", "seed", "max-tokens"])?;
+            let vocab = load_vocab(opts.required("model")?)?;
+            let spec = request_spec(&read(opts.required("request")?)?)?;
+            let n = opts.number("n", None)?;
+            let seed = opts.number("seed", None)?;
+            let max_tokens = opts.number("max-tokens", Some(64))?;
+            let constraint = Arc::new(Constraint::from_spec(&spec, vocab)?);
+            for line in sample(&constraint, n, seed, max_tokens as usize) {
+                println!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        "--version" | "-V" => {
+            println!("poot {}", env!("CARGO_PKG_VERSION"));
+            Ok(ExitCode::SUCCESS)
+        }
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        other => Err(Failure::Usage(format!("unknown command `{other}`"))),
+    }
+}
+
+fn read(path: &str) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path).map_err(|e| Failure::Io(format!("cannot read {path}: {e}")))
+}
+
+fn load_vocab(path: &str) -> Result<Arc<Vocabulary>, Failure> {
+    let bytes = read(path)?;
+    let vocab = if path.ends_with(".json") {
+        Vocabulary::from_tokenizer_json(&bytes, None)
+    } else {
+        Vocabulary::from_gguf_bytes(&bytes)
+    };
+    vocab
+        .map(Arc::new)
+        .map_err(|e| Failure::Io(format!("{path}: {e}")))
+}
+
+/// The OpenAI-shaped 400 body for an error.
+fn error_body(err: &Error) -> Value {
+    json!({"error": {
+        "message": err.message(),
+        "type": "invalid_request_error",
+        "param": err.param(),
+        "code": err.code(),
+    }})
+}
+
+fn parse_request(body: &[u8]) -> Result<Value, Error> {
+    serde_json::from_slice(body).map_err(|e| {
+        Error::invalid_input(format!("the request body is not valid JSON: {e}")).with_source(e)
+    })
+}
+
+/// `poot check`: the output line and whether the request is valid.
+fn check(body: &[u8]) -> (Value, bool) {
+    let result = parse_request(body)
+        .and_then(|v| Spec::from_request(&v))
+        .and_then(|spec| match spec {
+            None => Ok("none"),
+            Some(spec) => spec.compile().map(|_| spec.kind()),
+        });
+    match result {
+        Ok(kind) => (json!({"ok": true, "kind": kind}), true),
+        Err(err) => (error_body(&err), false),
+    }
+}
+
+fn request_spec(body: &[u8]) -> Result<Spec, Failure> {
+    let spec = Spec::from_request(&parse_request(body)?)?;
+    spec.ok_or_else(|| {
+        Failure::Usage("the request carries no constraint (guided_choice or guided_regex)".into())
+    })
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn stats(times: &[f64]) -> Value {
+    let mut sorted = times.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
+    json!({
+        "p50_us": round(percentile(&sorted, 50.0)),
+        "p99_us": round(percentile(&sorted, 99.0)),
+        "max_us": round(sorted.last().copied().unwrap_or(0.0)),
+    })
+}
+
+fn allowed_ids(mask: &[u32]) -> Vec<TokenId> {
+    let mut ids = Vec::new();
+    for (w, &word) in mask.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            ids.push(w as u32 * 32 + bits.trailing_zeros());
+            bits &= bits - 1;
+        }
+    }
+    ids
+}
+
+fn is_set(mask: &[u32], t: TokenId) -> bool {
+    mask[t as usize / 32] >> (t % 32) & 1 == 1
+}
+
+/// Greedy longest-match tokenization; an error names the first byte no token starts with.
+fn tokenize(vocab: &Vocabulary, text: &[u8]) -> Result<Vec<TokenId>, Failure> {
+    let mut tokens = Vec::new();
+    let mut pos = 0;
+    while pos < text.len() {
+        let (id, len) = vocab.longest_prefix(&text[pos..]).ok_or_else(|| {
+            Failure::Io(format!(
+                "no text token starts with byte 0x{:02x} at offset {pos}",
+                text[pos]
+            ))
+        })?;
+        tokens.push(id);
+        pos += len;
+    }
+    Ok(tokens)
+}
+
+/// One walk of `tokens` through a fresh matcher: per-step lines, mask times, and whether
+/// every token was allowed and the end is accepting.
+fn walk(
+    constraint: &Arc<Constraint>,
+    tokens: &[TokenId],
+    masks: bool,
+) -> (Vec<Value>, Vec<f64>, bool) {
+    let vocab = constraint.vocab();
+    let mut matcher = Matcher::new(constraint.clone());
+    let mut mask = vec![0u32; words_for(vocab.len())];
+    let (mut lines, mut times) = (Vec::new(), Vec::new());
+    let mut timed_fill = |matcher: &Matcher, mask: &mut [u32]| {
+        let t0 = Instant::now();
+        matcher
+            .fill_mask(mask)
+            .expect("the mask has the vocabulary's length");
+        let us = t0.elapsed().as_secs_f64() * 1e6;
+        times.push(us);
+        (us * 1000.0).round() / 1000.0
+    };
+    for (step, &token) in tokens.iter().enumerate() {
+        let mask_us = timed_fill(&matcher, &mut mask);
+        let allowed = is_set(&mask, token);
+        let mut line = json!({
+            "step": step,
+            "token": token,
+            "text": String::from_utf8_lossy(vocab.bytes(token)),
+            "allowed": mask.iter().map(|w| w.count_ones()).sum::<u32>(),
+            "mask_us": mask_us,
+        });
+        if masks {
+            line["allowed_ids"] = json!(allowed_ids(&mask));
+        }
+        if !allowed {
+            line["error"] = json!(format!("token {token} is not allowed here"));
+            lines.push(line);
+            return (lines, times, false);
+        }
+        lines.push(line);
+        matcher.advance(token).expect("an allowed token advances");
+    }
+    // The final step, where an end-of-sequence token is allowed exactly when accepting.
+    let mask_us = timed_fill(&matcher, &mut mask);
+    let accepting = matcher.is_accepting();
+    let mut line = json!({
+        "step": tokens.len(),
+        "token": vocab.eos().first().filter(|_| accepting),
+        "allowed": mask.iter().map(|w| w.count_ones()).sum::<u32>(),
+        "mask_us": mask_us,
+        "end": true,
+        "accepting": accepting,
+    });
+    if masks {
+        line["allowed_ids"] = json!(allowed_ids(&mask));
+    }
+    lines.push(line);
+    (lines, times, accepting)
+}
+
+/// `poot trace`: the per-step lines of the cold walk, then the summary.
+fn trace(
+    spec: &Spec,
+    vocab: Arc<Vocabulary>,
+    text: &[u8],
+    masks: bool,
+) -> Result<(Vec<Value>, bool), Failure> {
+    let tokens = tokenize(&vocab, text)?;
+    let t0 = Instant::now();
+    let constraint = Arc::new(Constraint::from_spec(spec, vocab)?);
+    let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let (mut lines, cold, ok) = walk(&constraint, &tokens, masks);
+    let (_, warm, _) = walk(&constraint, &tokens, false);
+    lines.push(json!({
+        "summary": true,
+        "kind": spec.kind(),
+        "tokens": tokens.len(),
+        "states": constraint.dfa().state_count(),
+        "compile_ms": (compile_ms * 1000.0).round() / 1000.0,
+        "cold": stats(&cold),
+        "warm": stats(&warm),
+        "accepted": ok,
+    }));
+    Ok((lines, ok))
+}
+
+/// SplitMix64, so a seed fixes every sampled output.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// `poot sample`: `n` random walks, uniform over the allowed text tokens, ending with
+/// probability [`SAMPLE_EOS_PROBABILITY`] whenever the end-of-sequence token is allowed.
+fn sample(constraint: &Arc<Constraint>, n: u64, seed: u64, max_tokens: usize) -> Vec<Value> {
+    let vocab = constraint.vocab();
+    let mut rng = Rng(seed);
+    let mut mask = vec![0u32; words_for(vocab.len())];
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let mut matcher = Matcher::new(constraint.clone());
+        let mut text = Vec::new();
+        let mut complete = false;
+        for _ in 0..max_tokens {
+            matcher
+                .fill_mask(&mut mask)
+                .expect("the mask has the vocabulary's length");
+            let text_tokens: Vec<TokenId> = allowed_ids(&mask)
+                .into_iter()
+                .filter(|&t| !vocab.is_eos(t))
+                .collect();
+            if matcher.is_accepting()
+                && (text_tokens.is_empty() || rng.unit() < SAMPLE_EOS_PROBABILITY)
+            {
+                complete = true;
+                break;
+            }
+            if text_tokens.is_empty() {
+                break;
+            }
+            let t = text_tokens[rng.below(text_tokens.len())];
+            matcher.advance(t).expect("a token from the mask advances");
+            text.extend_from_slice(vocab.bytes(t));
+        }
+        out.push(json!({
+            "text": String::from_utf8_lossy(&text),
+            "complete": complete,
+            "tokens": matcher.token_count(),
+        }));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_str(body: &str) -> (String, bool) {
+        let (v, ok) = check(body.as_bytes());
+        (v.to_string(), ok)
+    }
+
+    #[test]
+    fn check_reports_kind_or_an_openai_error() {
+        assert_eq!(
+            check_str(r#"{"guided_regex":"[0-9]+"}"#),
+            (r#"{"kind":"regex","ok":true}"#.into(), true)
+        );
+        assert_eq!(
+            check_str(r#"{"guided_choice":["a"],"guided_regex":"("}"#).0,
+            r#"{"kind":"choice","ok":true}"#
+        );
+        assert_eq!(
+            check_str(r#"{"messages":[]}"#).0,
+            r#"{"kind":"none","ok":true}"#
+        );
+        let (out, ok) = check_str(r#"{"guided_regex":"(a|b)*a(a|b){17}"}"#);
+        assert!(!ok);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v,
+            json!({"error": {
+                "message": "guided_regex `(a|b)*a(a|b){17}` needs more than the 262144-byte automaton limit",
+                "type": "invalid_request_error",
+                "param": "guided_regex",
+                "code": "limit_exceeded",
+            }})
+        );
+        let v: Value = serde_json::from_str(&check_str(r#"{"guided_choice":[]}"#).0).unwrap();
+        assert_eq!(v["error"]["param"], "guided_choice");
+        let v: Value = serde_json::from_str(&check_str("{oops").0).unwrap();
+        assert_eq!(v["error"]["param"], Value::Null);
+        assert_eq!(v["error"]["code"], "invalid_input");
+    }
+
+    fn vocab() -> Arc<Vocabulary> {
+        let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        for t in ["20", "2024", "-0", "-1", "-", "ab", "<eos>"] {
+            tokens.push(t.as_bytes().to_vec());
+        }
+        let eos = tokens.len() as u32 - 1;
+        Arc::new(Vocabulary::new(tokens, vec![eos]).unwrap())
+    }
+
+    #[test]
+    fn trace_follows_text_and_summarizes() {
+        let spec = Spec::Regex("[0-9]{4}-[0-9]{2}-[0-9]{2}".into());
+        let (lines, ok) = trace(&spec, vocab(), b"2024-01-15", true).unwrap();
+        assert!(ok);
+        let tokens: Vec<u64> = lines.iter().filter_map(|l| l["token"].as_u64()).collect();
+        assert_eq!(tokens, vec![257, 258, 49, 259, 53, 262]); // 2024 -0 1 -1 5 <eos>
+        let summary = lines.last().unwrap();
+        assert_eq!(summary["accepted"], true);
+        assert_eq!(summary["tokens"], 5);
+        assert!(summary["warm"]["p50_us"].as_f64().is_some());
+        assert_eq!(
+            lines[0]["allowed_ids"].as_array().unwrap().len(),
+            lines[0]["allowed"].as_u64().unwrap() as usize
+        );
+
+        let (lines, ok) = trace(&spec, vocab(), b"2024-a", false).unwrap();
+        assert!(!ok);
+        assert_eq!(
+            lines[lines.len() - 2]["error"],
+            "token 97 is not allowed here"
+        );
+        let (_, ok) = trace(&spec, vocab(), b"2024-01", false).unwrap();
+        assert!(!ok, "a prefix is not accepted");
+    }
+
+    #[test]
+    fn sample_is_deterministic_and_matches() {
+        let c =
+            Arc::new(Constraint::from_spec(&Spec::Regex("(ab|[0-9])+-".into()), vocab()).unwrap());
+        let a = sample(&c, 20, 7, 32);
+        assert_eq!(a, sample(&c, 20, 7, 32));
+        assert_ne!(a, sample(&c, 20, 8, 32));
+        let re = regex::Regex::new("^(ab|[0-9])+-$").unwrap();
+        let mut complete = 0;
+        for line in &a {
+            if line["complete"] == true {
+                complete += 1;
+                assert!(re.is_match(line["text"].as_str().unwrap()), "{line}");
+            }
+        }
+        assert!(complete > 0);
+    }
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&[3.0], 99.0), 3.0);
     }
 }
