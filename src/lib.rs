@@ -26,6 +26,7 @@ pub mod error;
 pub mod gguf;
 pub mod limits;
 pub mod mask;
+pub mod quant;
 pub mod regex;
 pub mod vocab;
 
