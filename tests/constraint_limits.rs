@@ -1,0 +1,198 @@
+//! The spec's bounds on constraints (src/limits.rs) and the text of their errors.
+
+use poot::constraint::Spec;
+use poot::limits::{AUTOMATON_BYTES, MAX_REGEX_BYTES, MAX_REGEX_NESTING};
+use poot::regex::Dfa;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// The spec asks for well under 50 ms; an optimized build takes ~1-2 ms. Unoptimized
+/// regex-automata (a plain `cargo test`) takes ~35 ms on a loaded 2-core machine, so debug
+/// builds get a looser bound that still catches a refusal that builds the whole automaton
+/// (seconds).
+const REFUSAL_BUDGET: Duration = if cfg!(debug_assertions) {
+    Duration::from_millis(250)
+} else {
+    Duration::from_millis(50)
+};
+
+#[test]
+fn exponential_regex_is_refused_quickly_naming_regex_and_limit() {
+    let mut fastest = Duration::MAX;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let err = Dfa::new("(a|b)*a(a|b){17}").unwrap_err();
+        fastest = fastest.min(start.elapsed());
+        assert_eq!(
+            err.to_string(),
+            "guided_regex `(a|b)*a(a|b){17}` needs more than the 262144-byte automaton limit"
+        );
+        assert_eq!(err.code(), "limit_exceeded");
+        assert!(err.is_limit_exceeded() && err.is_client_error());
+        assert_eq!(err.param(), Some("guided_regex"));
+        assert!(
+            std::error::Error::source(&err).is_some(),
+            "the regex-automata error is chained"
+        );
+    }
+    assert!(fastest < REFUSAL_BUDGET, "refusing took {fastest:?}");
+}
+
+#[test]
+fn one_fewer_repetition_still_fits_and_the_limit_is_the_spec_value() {
+    assert_eq!(AUTOMATON_BYTES, 256 * 1024);
+    // 2^11 states fit within 256 KiB.
+    let dfa = Dfa::new("(a|b)*a(a|b){10}").unwrap();
+    assert!(
+        dfa.matches(b"abbbbbbbbbb") && dfa.matches(b"babbbbbbbbbb") && !dfa.matches(b"bbbbbbbbbbb")
+    );
+    assert!(dfa.memory_usage() <= AUTOMATON_BYTES);
+}
+
+#[test]
+fn large_nfa_is_refused_with_the_same_message() {
+    let err = Dfa::new(r"\w{200}").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "guided_regex `\\w{200}` needs more than the 262144-byte automaton limit"
+    );
+    assert!(err.is_limit_exceeded());
+}
+
+#[test]
+fn pattern_length_limit_is_4096_bytes() {
+    assert_eq!(MAX_REGEX_BYTES, 4096);
+    let ok = "a".repeat(4096);
+    assert!(Dfa::new(&ok).unwrap().matches(ok.as_bytes()));
+    let long = "a".repeat(4097);
+    let err = Dfa::new(&long).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "guided_regex `{}…` is 4097 bytes, over the 4096-byte limit",
+            "a".repeat(80)
+        )
+    );
+    assert_eq!(
+        (err.code(), err.param()),
+        ("limit_exceeded", Some("guided_regex"))
+    );
+    // Bytes, not characters: 1366 three-byte characters are 4098 bytes.
+    assert!(Dfa::new(&"€".repeat(1366)).unwrap_err().is_limit_exceeded());
+}
+
+#[test]
+fn nesting_limit_is_a_limit_error() {
+    let deep = format!(
+        "{}a{}",
+        "(".repeat(MAX_REGEX_NESTING as usize + 1),
+        ")".repeat(MAX_REGEX_NESTING as usize + 1)
+    );
+    let err = Dfa::new(&deep).unwrap_err();
+    assert!(err.is_limit_exceeded(), "{err}");
+    assert!(
+        err.to_string()
+            .ends_with("nests groups or repetitions deeper than the limit of 128"),
+        "{err}"
+    );
+    let ok = format!("{}a{}", "(".repeat(60), ")".repeat(60));
+    assert!(Dfa::new(&ok).unwrap().matches(b"a"));
+}
+
+#[test]
+fn unsupported_syntax_is_a_clear_error() {
+    let cases = [
+        (
+            "(?=a)b",
+            "look-around, including look-ahead and look-behind, is not supported",
+        ),
+        (
+            "(?<!a)b",
+            "look-around, including look-ahead and look-behind, is not supported",
+        ),
+        (r"(a)\1", "backreferences are not supported"),
+        ("(ab", "unclosed group"),
+        ("a{2,1}", "invalid repetition count range"),
+        (r"\p{NotAScript}", "Unicode property not found"),
+    ];
+    for (pattern, detail) in cases {
+        let err = Dfa::new(pattern).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with(&format!(
+                "guided_regex `{pattern}` is not a supported regex: "
+            )),
+            "{msg}"
+        );
+        assert!(msg.contains(detail), "{pattern}: {msg}");
+        assert!(msg.contains("(at byte "), "{msg}");
+        assert_eq!(
+            (err.code(), err.param()),
+            ("invalid_input", Some("guided_regex"))
+        );
+    }
+    let err = Dfa::new(r"\bword\b").unwrap_err();
+    assert!(err.to_string().contains("use (?-u:\\b)"), "{err}");
+    assert!(!err.is_limit_exceeded());
+    let err = Dfa::new(r"[^\s\S]").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "guided_regex `[^\\s\\S]` matches no string, so no output could satisfy it"
+    );
+}
+
+#[test]
+fn choice_errors_name_guided_choice() {
+    let err = Spec::from_request(&json!({"guided_choice": []})).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "guided_choice must list at least one string, got []"
+    );
+    let err = Spec::from_request(&json!({"guided_choice": ["a", null]})).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "guided_choice[1] must be a string, got null"
+    );
+    assert_eq!(err.param(), Some("guided_choice"));
+    let err = Spec::from_request(&json!({"guided_choice": {"a": 1}})).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "guided_choice must be an array of strings, got an object"
+    );
+
+    // Many long choices exceed the automaton bound, named as guided_choice.
+    let choices: Vec<String> = (0..20_000)
+        .map(|i| format!("choice number {i} with some text"))
+        .collect();
+    let err = poot::choice::compile(&choices).unwrap_err();
+    assert!(err.is_limit_exceeded());
+    assert_eq!(err.param(), Some("guided_choice"));
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("guided_choice `[\"choice number 0 with some text\",\"choice number 1"),
+        "{msg}"
+    );
+    assert!(
+        msg.ends_with("…` needs more than the 262144-byte automaton limit"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn grammar_and_schema_size_limits() {
+    let err =
+        Spec::from_request(&json!({"guided_grammar": "x".repeat(16 * 1024 + 1)})).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "guided_grammar is 16385 bytes, over the 16384-byte limit"
+    );
+    let big = json!({"type": "object", "description": "d".repeat(16 * 1024)});
+    let err = Spec::from_request(&json!({"guided_json": big})).unwrap_err();
+    assert!(err.is_limit_exceeded());
+    let err = Spec::from_request(
+        &json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": big}}}),
+    )
+    .unwrap_err();
+    assert_eq!(err.param(), Some("response_format"));
+    assert!(err.is_limit_exceeded());
+}
