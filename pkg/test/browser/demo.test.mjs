@@ -72,3 +72,23 @@ test("WebGPU kernel equals the JS oracle on NaN, -Infinity, ties and sparse mask
   assert.deepEqual(failures, []);
   assert.deepEqual(errors, []);
 });
+
+test("without WebGPU the demo says so plainly and still runs the CPU kernel", { timeout: 60_000 }, async () => {
+  const page = await browser.context.newPage();
+  const errors = [];
+  page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
+  page.on("pageerror", (e) => errors.push(String(e)));
+  // A browser without WebGPU: no navigator.gpu at all.
+  await page.addInitScript(() => {
+    Object.defineProperty(Navigator.prototype, "gpu", { get: () => undefined, configurable: true });
+  });
+  await page.goto(server.url);
+  await page.waitForFunction(() => window.pootSlice !== undefined, null, { timeout: 50_000 });
+  const slice = await page.evaluate(() => window.pootSlice);
+  assert.equal(slice.webgpu, false);
+  assert.match(await page.textContent("#backend"), /^WebGPU unavailable: WebGPU is not available here \(navigator\.gpu is missing\)/);
+  assert.equal(slice.sizes.length, 6);
+  assert.ok(slice.sizes.every((s) => Number.isInteger(s.cpu) && s.gpu === null));
+  assert.deepEqual(errors, []);
+  await page.close();
+});
