@@ -27,6 +27,7 @@ pub mod gguf;
 pub mod limits;
 pub mod mask;
 pub mod quant;
+pub mod tokenizer;
 pub mod regex;
 pub mod vocab;
 
