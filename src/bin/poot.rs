@@ -334,7 +334,8 @@ fn walk(
     (lines, times, accepting)
 }
 
-/// `poot trace`: the per-step lines of the cold walk, then the summary.
+/// `poot trace`: the per-step lines of the cold walk (`mask_us`; `warm_us` is the same step of
+/// the second walk), then the summary.
 fn trace(
     spec: &Spec,
     vocab: Arc<Vocabulary>,
@@ -347,6 +348,10 @@ fn trace(
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     let (mut lines, cold, ok) = walk(&constraint, &tokens, masks);
     let (_, warm, _) = walk(&constraint, &tokens, false);
+    // Each step line also gets the warm walk's time for the same step.
+    for (line, us) in lines.iter_mut().zip(&warm) {
+        line["warm_us"] = json!((us * 1000.0).round() / 1000.0);
+    }
     lines.push(json!({
         "summary": true,
         "kind": spec.kind(),
