@@ -473,6 +473,13 @@ mod tests {
     }
 
     #[test]
+    fn constraint_is_shareable_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Constraint>();
+        assert_send_sync::<Matcher>();
+    }
+
+    #[test]
     fn rollback_restores_states_and_bounds_k() {
         let vocab = Arc::new(
             Vocabulary::new(vec![b"a".to_vec(), b"b".to_vec(), b"$".to_vec()], vec![2]).unwrap(),
