@@ -3,16 +3,17 @@
 //! Acquiring a device ([`Context::new`]) is separate from the work ([`Context::from_device`]),
 //! so tests and embedders can inject their own adapter. Every fallible wgpu call runs inside an
 //! error scope, so a validation error or an out-of-memory becomes an [`Error`], never a panic.
+//! Each kernel is one file in `shaders/`; its pipeline is built once and cached by name.
+
+mod mask;
+mod matvec;
+
+pub use matvec::{repack, Matrix};
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::mask;
-
-/// `shaders/apply_token_mask.wgsl`, validated offline by naga in `tests/shaders.rs`.
-const APPLY_TOKEN_MASK_WGSL: &str = include_str!("../../shaders/apply_token_mask.wgsl");
-/// Logits per pass-1 workgroup; must equal `CHUNK` in the shader.
-const MASK_CHUNK: usize = 1024;
-/// The kernel's "no token allowed" index; must equal `NONE` in the shader.
-const NO_TOKEN: u32 = u32::MAX;
 
 /// What the page and the CLI show about the adapter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,15 +33,28 @@ pub struct Context {
     queue: wgpu::Queue,
     adapter: AdapterSummary,
     max_binding_bytes: u64,
-    apply_token_mask: MaskKernel,
+    apply_token_mask: mask::MaskKernel,
+    /// Single-entry-point kernels by shader name, built on first use.
+    pipelines: Mutex<HashMap<&'static str, wgpu::ComputePipeline>>,
 }
 
-#[derive(Debug)]
-struct MaskKernel {
-    layout: wgpu::BindGroupLayout,
-    mask_partials: wgpu::ComputePipeline,
-    reduce_partials: wgpu::ComputePipeline,
+/// A kernel: its shader file's name and source. The entry point is always `main`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kernel {
+    pub name: &'static str,
+    pub source: &'static str,
 }
+
+/// Declares a [`Kernel`] from `shaders/<name>.wgsl`.
+macro_rules! kernel {
+    ($name:literal) => {
+        $crate::gpu::Kernel {
+            name: $name,
+            source: include_str!(concat!("../../shaders/", $name, ".wgsl")),
+        }
+    };
+}
+pub(crate) use kernel;
 
 impl Context {
     /// Finds an adapter (Vulkan natively, the browser's WebGPU on wasm32) and opens a device
@@ -95,7 +109,7 @@ impl Context {
         adapter: AdapterSummary,
     ) -> Result<Self> {
         let scope = ErrorScope::push(&device);
-        let apply_token_mask = MaskKernel::new(&device);
+        let apply_token_mask = mask::MaskKernel::new(&device);
         scope.pop("compiling apply_token_mask.wgsl").await?;
         let limits = device.limits();
         let max_binding_bytes = limits
@@ -107,6 +121,7 @@ impl Context {
             adapter,
             max_binding_bytes,
             apply_token_mask,
+            pipelines: Mutex::new(HashMap::new()),
         })
     }
 
@@ -115,118 +130,90 @@ impl Context {
         &self.adapter
     }
 
-    /// The GPU twin of [`mask::apply_token_mask`]: same arguments, same results, same errors.
-    ///
-    /// Uploads the logits and mask, runs the kernel, and reads back the masked logits and
-    /// the index (the decode loop of a later stage keeps the logits on the GPU instead).
-    pub async fn apply_token_mask(&self, logits: &mut [f32], mask: &[u32]) -> Result<u32> {
-        let n = logits.len();
-        // The shared checks, so the GPU path refuses exactly what the CPU twin refuses.
-        mask::check_mask_len(mask.len(), n)?;
-        mask::check_vocab_size(n)?;
-        let logit_bytes = (n * 4) as u64;
-        if logit_bytes > self.max_binding_bytes {
-            return Err(Error::limit_exceeded(format!(
-                "{n} logits need {logit_bytes} bytes, over this adapter's \
-                 {}-byte storage binding limit",
-                self.max_binding_bytes
-            ))
-            .with_param("logits"));
+    /// The kernel's pipeline, built on first use (with an auto layout: its bind groups are
+    /// made from this pipeline's own layout).
+    async fn pipeline(&self, kernel: Kernel) -> Result<wgpu::ComputePipeline> {
+        if let Some(pipeline) = self.lock_pipelines().get(kernel.name) {
+            return Ok(pipeline.clone());
         }
-        let partial_count = n.div_ceil(MASK_CHUNK);
-        let max_groups = self.device.limits().max_compute_workgroups_per_dimension as usize;
-        if partial_count > max_groups {
-            return Err(Error::limit_exceeded(format!(
-                "{n} logits need {partial_count} workgroups, over this adapter's limit of \
-                 {max_groups} per dispatch ({} logits)",
-                max_groups * MASK_CHUNK
-            ))
-            .with_param("logits"));
-        }
-
         let scope = ErrorScope::push(&self.device);
-        let readback = self.run_mask_kernel(logits, mask, partial_count as u32);
-        scope.pop("running apply_token_mask").await?;
-        let bytes = self.read_buffer(&readback).await?;
-        let (masked, index) = bytes.split_at(logit_bytes as usize);
-        logits.copy_from_slice(bytemuck::cast_slice(masked));
-        let index = u32::from_le_bytes([index[0], index[1], index[2], index[3]]);
-        if index == NO_TOKEN {
-            return Err(mask::no_allowed_token(n));
-        }
-        Ok(index)
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(kernel.name),
+                source: wgpu::ShaderSource::Wgsl(kernel.source.into()),
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(kernel.name),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        scope
+            .pop(&format!("compiling {}.wgsl", kernel.name))
+            .await?;
+        self.lock_pipelines().insert(kernel.name, pipeline.clone());
+        Ok(pipeline)
     }
 
-    /// Records and submits both passes; returns a mappable buffer holding the masked logits
-    /// followed by the 4-byte result.
-    fn run_mask_kernel(&self, logits: &[f32], mask: &[u32], partial_count: u32) -> wgpu::Buffer {
+    fn lock_pipelines(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<&'static str, wgpu::ComputePipeline>> {
+        // A panic while holding the lock cannot leave the map half-written (insert is atomic
+        // from our side), so a poisoned lock is still usable.
+        self.pipelines
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Refuses a buffer larger than one storage binding may be on this adapter.
+    fn check_binding_size(&self, what: &str, param: &str, bytes: u64) -> Result<()> {
+        if bytes > self.max_binding_bytes {
+            return Err(Error::limit_exceeded(format!(
+                "{what} needs {bytes} bytes, over this adapter's {}-byte storage binding limit",
+                self.max_binding_bytes
+            ))
+            .with_param(param));
+        }
+        Ok(())
+    }
+
+    fn storage_buffer(
+        &self,
+        label: &str,
+        contents: &[u8],
+        extra: wgpu::BufferUsages,
+    ) -> wgpu::Buffer {
         use wgpu::util::DeviceExt;
-        let device = &self.device;
-        let storage = wgpu::BufferUsages::STORAGE;
-        let logits_buffer = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("apply_token_mask.logits"),
-            contents: bytemuck::cast_slice(logits),
-            usage: storage | wgpu::BufferUsages::COPY_SRC,
-        });
-        let mask_buffer = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("apply_token_mask.mask"),
-            contents: bytemuck::cast_slice(mask),
-            usage: storage,
-        });
-        let partials = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("apply_token_mask.partials"),
-            size: u64::from(partial_count) * 8,
-            usage: storage,
-            mapped_at_creation: false,
-        });
-        let params = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("apply_token_mask.params"),
-            contents: bytemuck::cast_slice(&[logits.len() as u32, partial_count]),
-            usage: wgpu::BufferUsages::UNIFORM,
-        });
-        let result = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("apply_token_mask.result"),
-            size: 4,
-            usage: storage | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        let logit_bytes = (logits.len() * 4) as u64;
-        let readback = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("apply_token_mask.readback"),
-            size: logit_bytes + 4,
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents,
+                usage: wgpu::BufferUsages::STORAGE | extra,
+            })
+    }
+
+    fn uniform_buffer(&self, label: &str, words: &[u32]) -> wgpu::Buffer {
+        use wgpu::util::DeviceExt;
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytemuck::cast_slice(words),
+                usage: wgpu::BufferUsages::UNIFORM,
+            })
+    }
+
+    fn readback_buffer(&self, label: &str, size: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        });
-        let kernel = &self.apply_token_mask;
-        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("apply_token_mask.bindings"),
-            layout: &kernel.layout,
-            entries: &[
-                entry(0, &logits_buffer),
-                entry(1, &mask_buffer),
-                entry(2, &partials),
-                entry(3, &params),
-                entry(4, &result),
-            ],
-        });
-        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("apply_token_mask"),
-        });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("apply_token_mask"),
-                timestamp_writes: None,
-            });
-            pass.set_bind_group(0, &bind_group, &[]);
-            pass.set_pipeline(&kernel.mask_partials);
-            pass.dispatch_workgroups(partial_count, 1, 1);
-            pass.set_pipeline(&kernel.reduce_partials);
-            pass.dispatch_workgroups(1, 1, 1);
-        }
-        encoder.copy_buffer_to_buffer(&logits_buffer, 0, &readback, 0, logit_bytes);
-        encoder.copy_buffer_to_buffer(&result, 0, &readback, logit_bytes, 4);
-        self.queue.submit([encoder.finish()]);
-        readback
+        })
     }
 
     /// Maps a `MAP_READ` buffer and copies its bytes out.
@@ -253,64 +240,6 @@ impl Context {
             .to_vec();
         buffer.unmap();
         Ok(bytes)
-    }
-}
-
-impl MaskKernel {
-    fn new(device: &wgpu::Device) -> Self {
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("apply_token_mask.wgsl"),
-            source: wgpu::ShaderSource::Wgsl(APPLY_TOKEN_MASK_WGSL.into()),
-        });
-        let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
-            binding,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Storage { read_only },
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        };
-        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("apply_token_mask.layout"),
-            entries: &[
-                storage(0, false),
-                storage(1, true),
-                storage(2, false),
-                wgpu::BindGroupLayoutEntry {
-                    binding: 3,
-                    visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Uniform,
-                        has_dynamic_offset: false,
-                        min_binding_size: None,
-                    },
-                    count: None,
-                },
-                storage(4, false),
-            ],
-        });
-        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("apply_token_mask.pipeline_layout"),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
-        let pipeline = |entry_point: &str| {
-            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(entry_point),
-                layout: Some(&pipeline_layout),
-                module: &module,
-                entry_point: Some(entry_point),
-                compilation_options: Default::default(),
-                cache: None,
-            })
-        };
-        MaskKernel {
-            mask_partials: pipeline("mask_partials"),
-            reduce_partials: pipeline("reduce_partials"),
-            layout,
-        }
     }
 }
 

@@ -1,0 +1,247 @@
+//! Matrix-vector (and, over several tokens, matrix-matrix) products with weights dequantized
+//! inside the shader: `shaders/matvec_{f32,f16,q8_0,q4_0,q4_1}.wgsl`.
+//!
+//! WGSL reads only 32-bit words, so weights are laid out for the GPU once, at upload
+//! ([`repack`]): Q4_1 blocks (20 bytes) and F32 are bound as the file has them; Q8_0 (34
+//! bytes) and Q4_0 (18 bytes) blocks get their f16 scale widened to an f32 word, which also
+//! aligns them (36 and 20 bytes, +6% and +11%); F16 rows of odd length get a zero half.
+
+use super::{entry, kernel, Context, ErrorScope, Kernel};
+use crate::error::{Error, Result};
+use crate::quant::{self, QuantType};
+
+/// A weight matrix on the GPU: `rows` outputs, `cols` inputs, in its repacked layout.
+#[derive(Debug)]
+pub struct Matrix {
+    buffer: wgpu::Buffer,
+    format: QuantType,
+    rows: usize,
+    cols: usize,
+}
+
+impl Matrix {
+    /// Output size.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input size.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The weights' format.
+    pub fn format(&self) -> QuantType {
+        self.format
+    }
+}
+
+fn kernel_for(format: QuantType) -> Result<Kernel> {
+    Ok(match format {
+        QuantType::F32 => kernel!("matvec_f32"),
+        QuantType::F16 => kernel!("matvec_f16"),
+        QuantType::Q8_0 => kernel!("matvec_q8_0"),
+        QuantType::Q4_0 => kernel!("matvec_q4_0"),
+        QuantType::Q4_1 => kernel!("matvec_q4_1"),
+        other => {
+            return Err(Error::invalid_input(format!(
+                "{} weights have no GPU kernel yet (supported: F32, F16, Q8_0, Q4_0, Q4_1)",
+                other.name()
+            ))
+            .with_param("weights"))
+        }
+    })
+}
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn le32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// Lays out `rows x cols` weights of `format` (the GGUF bytes, row-major) as the matvec
+/// shaders read them. Pure and cheap: one pass over the bytes.
+pub fn repack(format: QuantType, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<u32>> {
+    kernel_for(format)?;
+    let row_bytes = format.row_bytes(cols)?;
+    let expected = row_bytes.checked_mul(rows).ok_or_else(|| {
+        Error::limit_exceeded(format!(
+            "a {rows}x{cols} {} matrix overflows",
+            format.name()
+        ))
+    })?;
+    if bytes.len() != expected {
+        return Err(Error::invalid_input(format!(
+            "a {rows}x{cols} {} matrix is {expected} bytes, got {}",
+            format.name(),
+            bytes.len()
+        ))
+        .with_param("weights"));
+    }
+    let mut words = Vec::with_capacity(expected / 4 + rows + 1);
+    match format {
+        QuantType::F32 | QuantType::Q4_1 => words.extend(bytes.chunks_exact(4).map(le32)),
+        QuantType::F16 => {
+            for row in bytes.chunks_exact(row_bytes) {
+                let mut pairs = row.chunks_exact(4);
+                words.extend(pairs.by_ref().map(le32));
+                if let [lo, hi] = *pairs.remainder() {
+                    words.push(u32::from(u16::from_le_bytes([lo, hi])));
+                }
+            }
+        }
+        QuantType::Q8_0 | QuantType::Q4_0 => {
+            for block in bytes.chunks_exact(format.block_bytes()) {
+                words.push(quant::f16_to_f32(le16(block, 0)).to_bits());
+                words.extend(block[2..].chunks_exact(4).map(le32));
+            }
+        }
+        _ => unreachable!("kernel_for accepted only the formats above"),
+    }
+    Ok(words)
+}
+
+impl Context {
+    /// Uploads a weight matrix (GGUF bytes, row-major) in the layout its kernel reads.
+    pub fn upload_matrix(
+        &self,
+        name: &str,
+        format: QuantType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Result<Matrix> {
+        let words = repack(format, rows, cols, bytes)?;
+        self.check_binding_size(
+            &format!("weight matrix {name}"),
+            "weights",
+            words.len() as u64 * 4,
+        )?;
+        let buffer = self.storage_buffer(
+            name,
+            bytemuck::cast_slice(&words),
+            wgpu::BufferUsages::empty(),
+        );
+        Ok(Matrix {
+            buffer,
+            format,
+            rows,
+            cols,
+        })
+    }
+
+    /// `y[t] = W x[t]` for each of `tokens` rows of `x` (`tokens * cols` values); returns
+    /// `tokens * rows` values. Uploads `x` and reads `y` back (the forward pass keeps both
+    /// on the GPU).
+    pub async fn matvec(&self, matrix: &Matrix, x: &[f32], tokens: usize) -> Result<Vec<f32>> {
+        if tokens == 0 || x.len() != tokens * matrix.cols {
+            return Err(Error::invalid_input(format!(
+                "{tokens} token(s) of {} inputs need {} values, got {}",
+                matrix.cols,
+                tokens * matrix.cols,
+                x.len()
+            ))
+            .with_param("x"));
+        }
+        let limits = self.device.limits();
+        let max_groups = limits.max_compute_workgroups_per_dimension as usize;
+        let groups_x = matrix.rows.min(max_groups);
+        let groups_y = matrix.rows.div_ceil(groups_x);
+        if groups_y > max_groups || tokens > max_groups {
+            return Err(Error::limit_exceeded(format!(
+                "{} rows x {tokens} tokens exceed this adapter's {max_groups} workgroups per \
+                 dispatch dimension",
+                matrix.rows
+            ))
+            .with_param("x"));
+        }
+        let y_bytes = (tokens * matrix.rows * 4) as u64;
+        self.check_binding_size("matvec output", "x", y_bytes)?;
+        let pipeline = self.pipeline(kernel_for(matrix.format)?).await?;
+
+        let scope = ErrorScope::push(&self.device);
+        let none = wgpu::BufferUsages::empty();
+        let x_buffer = self.storage_buffer("matvec.x", bytemuck::cast_slice(x), none);
+        let y_buffer = self.storage_buffer(
+            "matvec.y",
+            &vec![0; y_bytes as usize],
+            wgpu::BufferUsages::COPY_SRC,
+        );
+        let params = self.uniform_buffer(
+            "matvec.params",
+            &[
+                matrix.rows as u32,
+                matrix.cols as u32,
+                tokens as u32,
+                groups_x as u32,
+            ],
+        );
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("matvec.bindings"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                entry(0, &matrix.buffer),
+                entry(1, &x_buffer),
+                entry(2, &y_buffer),
+                entry(3, &params),
+            ],
+        });
+        let readback = self.readback_buffer("matvec.readback", y_bytes);
+        let mut encoder = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("matvec"),
+            });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("matvec"),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(groups_x as u32, groups_y as u32, tokens as u32);
+        }
+        encoder.copy_buffer_to_buffer(&y_buffer, 0, &readback, 0, y_bytes);
+        self.queue.submit([encoder.finish()]);
+        scope.pop("running matvec").await?;
+        let bytes = self.read_buffer(&readback).await?;
+        Ok(bytemuck::cast_slice(&bytes).to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q8_0_block_gets_an_f32_scale_word() {
+        // d = 1.0 (f16 0x3c00), then 32 bytes 0..32.
+        let mut block = vec![0x00, 0x3c];
+        block.extend(0u8..32);
+        let words = repack(QuantType::Q8_0, 1, 32, &block).unwrap();
+        assert_eq!(words.len(), 9);
+        assert_eq!(f32::from_bits(words[0]), 1.0);
+        assert_eq!(words[1], u32::from_le_bytes([0, 1, 2, 3]));
+    }
+
+    #[test]
+    fn odd_f16_rows_are_padded_to_a_word() {
+        let bytes: Vec<u8> = (0u8..12).collect(); // 2 rows x 3 halves
+        let words = repack(QuantType::F16, 2, 3, &bytes).unwrap();
+        assert_eq!(words, vec![0x0302_0100, 0x0504, 0x0908_0706, 0x0b0a]);
+    }
+
+    #[test]
+    fn wrong_sizes_and_formats_are_errors() {
+        let err = repack(QuantType::Q4_1, 2, 32, &[0; 20]).unwrap_err();
+        assert_eq!(err.to_string(), "a 2x32 Q4_1 matrix is 40 bytes, got 20");
+        let err = repack(QuantType::Q6_K, 1, 256, &[0; 210]).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("Q6_K weights have no GPU kernel yet"),
+            "{err}"
+        );
+    }
+}
