@@ -20,15 +20,18 @@
 //! `gpu` ([`gpu`], wgpu compute kernels), `cli` (the `poot` binary), and `src/wasm/`
 //! (compiled only for `wasm32`, the only place that touches JavaScript).
 
+pub mod chat_template;
 pub mod choice;
 pub mod constraint;
 pub mod error;
 pub mod gguf;
 pub mod limits;
 pub mod mask;
+pub mod model;
 pub mod quant;
-pub mod tokenizer;
 pub mod regex;
+pub mod sampling;
+pub mod tokenizer;
 pub mod vocab;
 
 #[cfg(feature = "gpu")]
