@@ -360,22 +360,38 @@ fn hsum(acc: [f32; 8]) -> f32 {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 
-/// Σ q[j]·x[j] and Σ x[j] over one 32-element block whose 4-bit values are packed as ggml's
-/// Q4 (`qs[j] & 0xf` is element j, `qs[j] >> 4` element j + 16).
-#[inline]
-fn nibble_dot(qs: &[u8], x: &[f32]) -> (f32, f32) {
-    let (xl, xh) = x.split_at(16);
-    let mut acc = [0f32; 8];
-    let mut sx = [0f32; 8];
-    for h in 0..2 {
-        for k in 0..8 {
-            let q = qs[h * 8 + k];
-            let (a, b) = (xl[h * 8 + k], xh[h * 8 + k]);
-            acc[k] += (q & 0xf) as f32 * a + (q >> 4) as f32 * b;
-            sx[k] += a + b;
-        }
+/// Adds one Q4 block's `d · Σ q[j]·x[j]` to 16 lane accumulators (`qs[j] & 0xf` is element j,
+/// `qs[j] >> 4` element j + 16) and returns `Σ x[j]`. Fixed-size arrays and lane-wise
+/// accumulation (no per-block horizontal sum) let LLVM vectorize it without bounds checks.
+#[inline(always)]
+fn nibble_block(qs: &[u8; 16], x: &[f32; 32], d: f32, acc: &mut [f32; 16]) -> f32 {
+    let mut sx = [0f32; 16];
+    for k in 0..16 {
+        let q = qs[k];
+        let (a, b) = (x[k], x[k + 16]);
+        acc[k] += d * (f32::from(q & 0xf) * a + f32::from(q >> 4) * b);
+        sx[k] = a + b;
     }
-    (hsum(acc), hsum(sx))
+    sum16(&sx)
+}
+
+#[inline(always)]
+fn sum16(v: &[f32; 16]) -> f32 {
+    let mut h = [0f32; 8];
+    for k in 0..8 {
+        h[k] = v[k] + v[k + 8];
+    }
+    hsum(h)
+}
+
+#[inline(always)]
+fn block<const N: usize>(b: &[u8]) -> &[u8; N] {
+    b.try_into().expect("a whole block")
+}
+
+#[inline(always)]
+fn xblock(x: &[f32]) -> &[f32; 32] {
+    x.try_into().expect("a whole block")
 }
 
 /// [`dot`] for lengths already checked.
@@ -400,37 +416,52 @@ pub(crate) fn dot_unchecked(ty: QuantType, row: &[u8], x: &[f32]) -> f32 {
             hsum(acc) + tail
         }
         QuantType::Q8_0 => {
-            let mut sum = 0f32;
+            let mut acc = [0f32; 32];
             for (b, x) in row.chunks_exact(34).zip(x.chunks_exact(32)) {
+                let b = block::<34>(b);
+                let x = xblock(x);
                 let d = half(b, 0);
-                let qs = &b[2..34];
-                let mut acc = [0f32; 8];
-                for j in 0..4 {
-                    for k in 0..8 {
-                        acc[k] += qs[j * 8 + k] as i8 as f32 * x[j * 8 + k];
-                    }
+                for k in 0..32 {
+                    acc[k] += d * (f32::from(b[2 + k] as i8) * x[k]);
                 }
-                sum += d * hsum(acc);
             }
-            sum
+            let mut h = [0f32; 16];
+            for k in 0..16 {
+                h[k] = acc[k] + acc[k + 16];
+            }
+            sum16(&h)
         }
         QuantType::Q4_0 => {
+            let mut acc = [0f32; 16];
             let mut sum = 0f32;
             for (b, x) in row.chunks_exact(18).zip(x.chunks_exact(32)) {
+                let b = block::<18>(b);
                 let d = half(b, 0);
-                let (qx, sx) = nibble_dot(&b[2..18], x);
-                sum += d * (qx - 8.0 * sx);
+                let sx = nibble_block(
+                    b[2..18].try_into().expect("16 bytes"),
+                    xblock(x),
+                    d,
+                    &mut acc,
+                );
+                sum -= 8.0 * d * sx;
             }
-            sum
+            sum16(&acc) + sum
         }
         QuantType::Q4_1 => {
+            let mut acc = [0f32; 16];
             let mut sum = 0f32;
             for (b, x) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
+                let b = block::<20>(b);
                 let (d, m) = (half(b, 0), half(b, 2));
-                let (qx, sx) = nibble_dot(&b[4..20], x);
-                sum += d * qx + m * sx;
+                let sx = nibble_block(
+                    b[4..20].try_into().expect("16 bytes"),
+                    xblock(x),
+                    d,
+                    &mut acc,
+                );
+                sum += m * sx;
             }
-            sum
+            sum16(&acc) + sum
         }
         _ => {
             // Dequantize a block to the stack, then an 8-lane dot: these types are rare in
