@@ -449,9 +449,9 @@ fn par_rows(
     out: &mut [f32],
     f: impl Fn(std::ops::Range<usize>, &mut [f32]) + Sync,
 ) {
-    let per_row = out.len() / n_rows.max(1);
     #[cfg(not(target_arch = "wasm32"))]
     if threads > 1 && n_rows >= 64 {
+        let per_row = out.len() / n_rows;
         let chunk = n_rows.div_ceil(threads);
         std::thread::scope(|s| {
             let f = &f;

@@ -20,7 +20,7 @@ fn bpe_file(extra: &[(&str, &str)]) -> Vec<u8> {
         }
     }
     let mut types = vec![3, 3];
-    types.extend(std::iter::repeat(1).take(tokens.len() - 2));
+    types.extend(std::iter::repeat_n(1, tokens.len() - 2));
     gguf_bytes(
         Builder::new()
             .string("tokenizer.ggml.model", "gpt2")
