@@ -260,23 +260,6 @@ fn is_set(mask: &[u32], t: TokenId) -> bool {
     mask[t as usize / 32] >> (t % 32) & 1 == 1
 }
 
-/// Greedy longest-match tokenization; an error names the first byte no token starts with.
-fn tokenize(vocab: &Vocabulary, text: &[u8]) -> Result<Vec<TokenId>, Failure> {
-    let mut tokens = Vec::new();
-    let mut pos = 0;
-    while pos < text.len() {
-        let (id, len) = vocab.longest_prefix(&text[pos..]).ok_or_else(|| {
-            Failure::Io(format!(
-                "no text token starts with byte 0x{:02x} at offset {pos}",
-                text[pos]
-            ))
-        })?;
-        tokens.push(id);
-        pos += len;
-    }
-    Ok(tokens)
-}
-
 /// One walk of `tokens` through a fresh matcher: per-step lines, mask times, and whether
 /// every token was allowed and the end is accepting.
 fn walk(
@@ -344,7 +327,9 @@ fn trace(
     text: &[u8],
     masks: bool,
 ) -> Result<(Vec<Value>, bool), Failure> {
-    let tokens = tokenize(&vocab, text)?;
+    let tokens = vocab
+        .tokenize_greedy(text)
+        .map_err(|e| Failure::Io(e.to_string()))?;
     let t0 = Instant::now();
     let constraint = Arc::new(Constraint::from_spec(spec, vocab)?);
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;

@@ -186,6 +186,35 @@ impl Vocabulary {
         self.trie.longest_prefix(text)
     }
 
+    /// Splits `text` into text tokens by greedy longest match, the stand-in for a model's
+    /// tokenizer that `poot trace`, the benchmarks and the JavaScript bindings use to follow
+    /// a text through the masks. An error names the first byte no text token starts with.
+    ///
+    /// ```
+    /// use poot::vocab::Vocabulary;
+    /// let v = Vocabulary::new(vec![b"a".to_vec(), b"ab".to_vec(), b"c".to_vec()], vec![]).unwrap();
+    /// assert_eq!(v.tokenize_greedy(b"abca").unwrap(), vec![1, 2, 0]);
+    /// assert_eq!(
+    ///     v.tokenize_greedy(b"ax").unwrap_err().to_string(),
+    ///     "no text token starts with byte 0x78 at offset 1"
+    /// );
+    /// ```
+    pub fn tokenize_greedy(&self, text: &[u8]) -> Result<Vec<TokenId>> {
+        let mut tokens = Vec::new();
+        let mut pos = 0;
+        while pos < text.len() {
+            let (id, len) = self.longest_prefix(&text[pos..]).ok_or_else(|| {
+                Error::invalid_input(format!(
+                    "no text token starts with byte 0x{:02x} at offset {pos}",
+                    text[pos]
+                ))
+            })?;
+            tokens.push(id);
+            pos += len;
+        }
+        Ok(tokens)
+    }
+
     pub(crate) fn trie(&self) -> &Trie {
         &self.trie
     }
