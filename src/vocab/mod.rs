@@ -49,6 +49,9 @@ pub const END_OF_TURN_TEXTS: &[&str] = &[
     "<|endoftext|>",
     "<|end_of_text|>",
     "<EOT>",
+    // Gemma 3 stores `</s>` (id 212) as a user-defined token; llama.cpp makes it a control
+    // token that ends generation, so it is never text here either.
+    "</s>",
 ];
 
 /// The bytes of every token, which ones are special, the end-of-sequence ids and a trie.
