@@ -158,7 +158,7 @@ function describeCause(error: Error): string {
   const cause = (error as Error & { cause?: unknown }).cause;
   if (cause instanceof Error) {
     const code = (cause as Error & { code?: unknown }).code;
-    return typeof code === "string" ? `${code} (${cause.message})` : cause.message;
+    return typeof code === "string" && !cause.message.includes(code) ? `${code}: ${cause.message}` : cause.message;
   }
   return error.message;
 }

