@@ -340,6 +340,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
   };
 
   const probe = (opts: { signal?: AbortSignal; force?: boolean } = {}): Promise<Capabilities> => {
+    if (opts.signal?.aborted) return Promise.resolve(zeroCapabilities(provider, endpoint, model, "the probe was canceled"));
     const entry = memo.get(key);
     const now = clock.now();
     if (!opts.force && entry) {
@@ -415,7 +416,9 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
     // No constrained decoding with tools: the model needs room to emit a tool call.
     const ladder: Mechanism[] =
       structuredDecoding === "off" || hasTools ? ["prompt_only"] : [...(await probe({ signal: request.signal })).ladder];
-    request.signal?.throwIfAborted();
+    if (request.signal?.aborted) {
+      throw new RemoteError(`the request to ${chatURL} was canceled`, { kind: "canceled", cause: request.signal.reason });
+    }
 
     // strict only for schemas that qualify; OpenAI/Azure get optional -> required + nullable.
     let wireSchema = schema;

@@ -253,7 +253,9 @@ test("AbortSignal: aborting mid-request and during a retry wait both end in canc
     const caps = await client.probe({ signal: AbortSignal.abort() });
     assert.equal(caps.probed, false);
     assert.equal(caps.why, "the probe was canceled");
-    await assert.rejects(client.structured({ messages: ASK, schema: SCHEMA, signal: AbortSignal.abort() }));
+    const before = server.chats.length;
+    await assert.rejects(client.structured({ messages: ASK, schema: SCHEMA, signal: AbortSignal.abort() }), (e) => e.kind === "canceled");
+    assert.equal(server.chats.length, before);
   } finally {
     await server.close();
   }
