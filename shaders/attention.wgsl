@@ -1,0 +1,105 @@
+// attention: causal grouped-query attention of `tokens` new positions over one layer's KV cache.
+// Token i (absolute position pos0 + i) of query head h attends to positions 0..=pos0+i of
+// KV head h / (heads / kv_heads): out = softmax(q . k_p * scale) . v_p.
+//
+// Bindings (group 0)
+//   0  q       array<f32>  read        tokens * heads * head_dim
+//   1  k       array<f32>  read        capacity * kv_heads * head_dim (this layer's cache)
+//   2  v       array<f32>  read        capacity * kv_heads * head_dim
+//   3  scores  array<f32>  read_write  tokens * heads * capacity (scratch)
+//   4  out     array<f32>  read_write  tokens * heads * head_dim
+//   5  params  Params      uniform     heads, kv_heads, head_dim, pos0, tokens, capacity, scale
+//
+// Dispatch: (heads, tokens, 1) workgroups of WG invocations: they stride over positions for
+// the scores, then over dimensions for the weighted sum of values.
+
+const WG: u32 = 64u;
+
+struct Params {
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    pos0: u32,
+    tokens: u32,
+    capacity: u32,
+    scale_bits: u32,
+    unused: u32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<f32>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(3) var<storage, read_write> scores: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<uniform> params: Params;
+
+var<workgroup> reduction: array<f32, WG>;
+
+fn reduce_max(local: u32, value: f32) -> f32 {
+    reduction[local] = value;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (local < stride) {
+            reduction[local] = max(reduction[local], reduction[local + stride]);
+        }
+        workgroupBarrier();
+    }
+    let result = reduction[0];
+    workgroupBarrier();
+    return result;
+}
+
+fn reduce_sum(local: u32, value: f32) -> f32 {
+    reduction[local] = value;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (local < stride) {
+            reduction[local] = reduction[local] + reduction[local + stride];
+        }
+        workgroupBarrier();
+    }
+    let result = reduction[0];
+    workgroupBarrier();
+    return result;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index) local: u32) {
+    let head = group.x;
+    let token = group.y;
+    let hd = params.head_dim;
+    let kv_head = head / (params.heads / params.kv_heads);
+    let kv_width = params.kv_heads * hd;
+    let q_base = (token * params.heads + head) * hd;
+    let s_base = (token * params.heads + head) * params.capacity;
+    let visible = params.pos0 + token + 1u;
+    let scale = bitcast<f32>(params.scale_bits);
+
+    var local_max = -3.0e38;
+    for (var p = local; p < visible; p = p + WG) {
+        let k_base = p * kv_width + kv_head * hd;
+        var dot = 0.0;
+        for (var i = 0u; i < hd; i = i + 1u) {
+            dot = dot + q[q_base + i] * k[k_base + i];
+        }
+        let s = dot * scale;
+        scores[s_base + p] = s;
+        local_max = max(local_max, s);
+    }
+    let m = reduce_max(local, local_max);
+    var local_sum = 0.0;
+    for (var p = local; p < visible; p = p + WG) {
+        let e = exp(scores[s_base + p] - m);
+        scores[s_base + p] = e;
+        local_sum = local_sum + e;
+    }
+    let inv_sum = 1.0 / reduce_sum(local, local_sum);
+    // reduce_sum's barriers also make every score written above visible to all invocations.
+    for (var i = local; i < hd; i = i + WG) {
+        var acc = 0.0;
+        for (var p = 0u; p < visible; p = p + 1u) {
+            acc = acc + scores[s_base + p] * v[p * kv_width + kv_head * hd + i];
+        }
+        out[q_base + i] = acc * inv_sum;
+    }
+}

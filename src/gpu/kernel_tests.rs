@@ -1,0 +1,249 @@
+//! Each forward-pass kernel against its CPU twin in `crate::model`, on seeded random inputs
+//! whose sizes are not multiples of the 64-invocation workgroup, on the Vulkan adapter
+//! (lavapipe in CI). Tolerances are stated per kernel with what they measure.
+
+use super::ops::AttentionShape;
+use super::Context;
+use crate::model;
+
+/// SplitMix64, so every input is reproducible from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next_f32(&mut self) -> f32 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+    }
+
+    fn values(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next_f32()).collect()
+    }
+}
+
+fn context() -> Context {
+    pollster::block_on(Context::new()).unwrap_or_else(|e| panic!("GPU tests need an adapter: {e}"))
+}
+
+fn buffer(ctx: &Context, data: &[f32]) -> wgpu::Buffer {
+    ctx.storage_buffer(
+        "test",
+        bytemuck::cast_slice(data),
+        wgpu::BufferUsages::COPY_SRC,
+    )
+}
+
+fn encoder(ctx: &Context) -> wgpu::CommandEncoder {
+    ctx.device
+        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("test"),
+        })
+}
+
+/// Submits the encoder with a copy of `output` and reads it back.
+fn finish(ctx: &Context, mut encoder: wgpu::CommandEncoder, output: &wgpu::Buffer) -> Vec<f32> {
+    let readback = ctx.readback_buffer("test.readback", output.size());
+    encoder.copy_buffer_to_buffer(output, 0, &readback, 0, output.size());
+    ctx.queue.submit([encoder.finish()]);
+    let bytes = pollster::block_on(ctx.read_buffer(&readback)).unwrap();
+    bytemuck::cast_slice(&bytes).to_vec()
+}
+
+/// Asserts `|gpu - cpu| <= rel * scale + abs` element-wise, where `scale` is the magnitude
+/// the caller says the error should be measured against; returns the worst fraction used.
+fn assert_close(what: &str, gpu: &[f32], cpu: &[f32], scale: &[f32], rel: f32, abs: f32) -> f32 {
+    assert_eq!(gpu.len(), cpu.len(), "{what}: length");
+    let mut worst = 0f32;
+    for (i, ((g, c), s)) in gpu.iter().zip(cpu).zip(scale).enumerate() {
+        let bound = rel * s.abs() + abs;
+        let error = (g - c).abs();
+        assert!(
+            error <= bound,
+            "{what}[{i}]: gpu {g} cpu {c}, error {error} > {bound}"
+        );
+        worst = worst.max(error / bound);
+    }
+    eprintln!("{what}: worst error {worst:.3} of the tolerance");
+    worst
+}
+
+fn config(heads: usize, kv_heads: usize, head_dim: usize, rope_dim: usize) -> model::Config {
+    model::Config {
+        n_vocab: 1,
+        n_embd: heads * head_dim,
+        n_layer: 1,
+        n_head: heads,
+        n_head_kv: kv_heads,
+        head_dim,
+        n_ff: 1,
+        rope_dim,
+        rope_base: 10_000.0,
+        rms_eps: 1e-5,
+        context_length: 4096,
+    }
+}
+
+#[test]
+fn rms_norm_matches_cpu() {
+    // Tolerance: 1e-5 relative to each output, + 1e-6. The CPU sums squares in f64, the GPU
+    // in f32 over 64 partial sums; both then scale in f32.
+    let ctx = context();
+    let mut rng = Rng(1);
+    for (d, tokens) in [(576, 3), (65, 2), (1, 1)] {
+        let x = rng.values(d * tokens);
+        let w = rng.values(d);
+        let mut cpu = vec![0f32; d * tokens];
+        model::rms_norm(&x, &w, 1e-5, &mut cpu);
+        let out = buffer(&ctx, &vec![0.0; d * tokens]);
+        let mut enc = encoder(&ctx);
+        let inputs = (&buffer(&ctx, &x), &buffer(&ctx, &w), &out);
+        pollster::block_on(ctx.record_rms_norm(&mut enc, inputs, d, tokens, 1e-5)).unwrap();
+        let gpu = finish(&ctx, enc, &out);
+        assert_close(&format!("rms_norm d={d}"), &gpu, &cpu, &cpu, 1e-5, 1e-6);
+    }
+}
+
+#[test]
+fn rope_matches_cpu_for_whole_and_partial_rotation() {
+    // Tolerance: 1e-6 relative to the pair's magnitude (|a| + |b|), + 1e-7: the same f32
+    // products, possibly fused differently.
+    let ctx = context();
+    let mut rng = Rng(2);
+    for (heads, head_dim, rope_dim, pos0, tokens) in [(9, 64, 64, 100, 3), (3, 64, 32, 4000, 2)] {
+        let c = config(heads, heads, head_dim, rope_dim);
+        let (cos, sin) = model::rope_table(&c, pos0, tokens);
+        let x = rng.values(tokens * heads * head_dim);
+        let mut cpu = x.clone();
+        let half = rope_dim / 2;
+        for (i, token) in cpu.chunks_exact_mut(heads * head_dim).enumerate() {
+            for head in token.chunks_exact_mut(head_dim) {
+                model::rope(head, &cos[i * half..][..half], &sin[i * half..][..half]);
+            }
+        }
+        let scale: Vec<f32> = x
+            .chunks_exact(2)
+            .flat_map(|p| [p[0].abs() + p[1].abs(); 2])
+            .collect();
+        let xb = buffer(&ctx, &x);
+        let mut enc = encoder(&ctx);
+        let tables = (&xb, &buffer(&ctx, &cos), &buffer(&ctx, &sin));
+        pollster::block_on(ctx.record_rope(&mut enc, tables, heads, head_dim, rope_dim, tokens))
+            .unwrap();
+        let gpu = finish(&ctx, enc, &xb);
+        assert_close(
+            &format!("rope rope_dim={rope_dim}"),
+            &gpu,
+            &cpu,
+            &scale,
+            1e-6,
+            1e-7,
+        );
+    }
+}
+
+#[test]
+fn silu_mul_and_add_match_cpu() {
+    // Tolerance: 1e-6 relative + 1e-7 (exp may differ by an ulp or two between the two).
+    let ctx = context();
+    let mut rng = Rng(3);
+    let n = 1537;
+    let (gate, up) = (rng.values(n), rng.values(n));
+    // The CPU forward's SwiGLU step (src/model/mod.rs).
+    let cpu: Vec<f32> = gate
+        .iter()
+        .zip(&up)
+        .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+        .collect();
+    let gb = buffer(&ctx, &gate);
+    let mut enc = encoder(&ctx);
+    pollster::block_on(ctx.record_silu_mul(&mut enc, &gb, &buffer(&ctx, &up), n)).unwrap();
+    assert_close("silu_mul", &finish(&ctx, enc, &gb), &cpu, &cpu, 1e-6, 1e-7);
+
+    let (x, y) = (rng.values(n), rng.values(n));
+    let cpu: Vec<f32> = x.iter().zip(&y).map(|(x, y)| x + y).collect();
+    let xb = buffer(&ctx, &x);
+    let mut enc = encoder(&ctx);
+    pollster::block_on(ctx.record_add(&mut enc, &xb, &buffer(&ctx, &y), n)).unwrap();
+    assert_close("add", &finish(&ctx, enc, &xb), &cpu, &cpu, 0.0, 0.0);
+}
+
+/// The CPU forward's attention loop (src/model/mod.rs), for one layer.
+fn cpu_attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> {
+    let AttentionShape {
+        heads,
+        kv_heads,
+        head_dim: hd,
+        pos0,
+        tokens,
+        ..
+    } = shape;
+    let (d, kv) = (heads * hd, kv_heads * hd);
+    let group = heads / kv_heads;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut out = vec![0f32; tokens * d];
+    for i in 0..tokens {
+        let visible = pos0 + i + 1;
+        for hq in 0..heads {
+            let hk = hq / group;
+            let qh = &q[i * d + hq * hd..][..hd];
+            let mut s: Vec<f32> = (0..visible)
+                .map(|p| crate::quant::dot_f32(qh, &k[p * kv + hk * hd..][..hd]) * scale)
+                .collect();
+            model::softmax(&mut s);
+            let o = &mut out[i * d + hq * hd..][..hd];
+            for (p, &w) in s.iter().enumerate() {
+                for (o, &vv) in o.iter_mut().zip(&v[p * kv + hk * hd..][..hd]) {
+                    *o += w * vv;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn attention_matches_cpu_for_prefill_and_decode() {
+    // Tolerance: 1e-5 relative to sum_p w_p |v_p| (the output's scale) + 1e-6: softmax and
+    // the weighted sum run in a different order and with a different exp.
+    let ctx = context();
+    let mut rng = Rng(4);
+    for (pos0, tokens) in [(0, 7), (70, 1), (129, 3)] {
+        let shape = AttentionShape {
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            pos0,
+            tokens,
+            capacity: 200,
+        };
+        let kv = shape.kv_heads * shape.head_dim;
+        let q = rng.values(tokens * shape.heads * shape.head_dim);
+        let k = rng.values(shape.capacity * kv);
+        let v = rng.values(shape.capacity * kv);
+        let cpu = cpu_attention(shape, &q, &k, &v);
+        let v_abs: Vec<f32> = v.iter().map(|x| x.abs()).collect();
+        let scale = cpu_attention(shape, &q, &k, &v_abs);
+        let out = buffer(&ctx, &vec![0.0; cpu.len()]);
+        let scores = buffer(&ctx, &vec![0.0; tokens * shape.heads * shape.capacity]);
+        let mut enc = encoder(&ctx);
+        let bufs = (
+            &buffer(&ctx, &q),
+            &buffer(&ctx, &k),
+            &buffer(&ctx, &v),
+            &scores,
+            &out,
+        );
+        pollster::block_on(ctx.record_attention(&mut enc, bufs, shape)).unwrap();
+        let gpu = finish(&ctx, enc, &out);
+        assert_close(
+            &format!("attention pos0={pos0} tokens={tokens}"),
+            &gpu,
+            &cpu,
+            &scale,
+            1e-5,
+            1e-6,
+        );
+    }
+}
