@@ -26,9 +26,11 @@
 //! # let _ = logits; Ok(()) }
 //! ```
 
+mod generate;
 pub mod synthetic;
 mod weights;
 
+pub use generate::{eval, generate, tokenize_json, EvalPrompt, EvalReport, Finish, Generation};
 pub use weights::Matrix;
 
 use crate::error::{Error, Result};

@@ -1,0 +1,286 @@
+//! The decode loop on the CPU model, and the numerics report `poot eval` prints.
+//!
+//! [`generate`] is the loop every front-end shares: forward → the constraint fills a mask →
+//! the sampler picks an allowed token → the constraint advances → repeat, until an
+//! end-of-sequence token, the constraint is finished, or `max_tokens`.
+//! [`eval`] reports raw logits after prefill and greedy steps with their top-1/top-2 margins.
+
+use serde_json::{json, Value as Json};
+
+use super::{Model, Session};
+use crate::chat_template::render_gguf_user_prompt;
+use crate::constraint::Matcher;
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use crate::sampling::{argmax, top_k, Sampler};
+use crate::tokenizer::Tokenizer;
+use crate::vocab::TokenId;
+
+/// Why generation stopped (OpenAI's `finish_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// An end-of-sequence token, or the constraint accepted its end.
+    Stop,
+    /// `max_tokens` were generated.
+    Length,
+}
+
+impl Finish {
+    /// The OpenAI spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+        }
+    }
+}
+
+/// The generated tokens (an end-of-sequence token that stopped generation is not included).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    pub ids: Vec<TokenId>,
+    pub finish: Finish,
+}
+
+/// Evaluates `prompt` in `session` (which may already hold a prefix) and generates up to
+/// `max_tokens` tokens. With a `matcher`, every step's mask comes from it and the sampler can
+/// only pick allowed tokens; `stop` lists the end-of-sequence ids (ignored while a matcher is
+/// present: its vocabulary's EOS ids end the output exactly when the constraint is complete).
+pub fn generate<B: AsRef<[u8]>>(
+    model: &Model<B>,
+    session: &mut Session,
+    prompt: &[TokenId],
+    sampler: &mut Sampler,
+    mut matcher: Option<&mut Matcher>,
+    max_tokens: usize,
+    stop: &[TokenId],
+) -> Result<Generation> {
+    let n_vocab = model.config().n_vocab;
+    let mut logits = model.forward(session, prompt)?;
+    let mut mask = vec![0u32; crate::mask::words_for(n_vocab)];
+    let mut ids = Vec::new();
+    for step in 0..max_tokens {
+        let token = match matcher.as_deref_mut() {
+            Some(m) => {
+                m.fill_mask(&mut mask).map_err(|e| {
+                    Error::invalid_input(format!(
+                        "the constraint's vocabulary does not fit the model's {n_vocab} logits: {e}"
+                    ))
+                })?;
+                let t = sampler.sample(&mut logits, Some(&mask), &ids)?;
+                m.advance(t)?;
+                if m.is_finished() {
+                    return Ok(Generation {
+                        ids,
+                        finish: Finish::Stop,
+                    });
+                }
+                t
+            }
+            None => {
+                let t = sampler.sample(&mut logits, None, &ids)?;
+                if stop.contains(&t) {
+                    return Ok(Generation {
+                        ids,
+                        finish: Finish::Stop,
+                    });
+                }
+                t
+            }
+        };
+        ids.push(token);
+        if step + 1 < max_tokens {
+            logits = model.forward(session, &[token])?;
+        }
+    }
+    Ok(Generation {
+        ids,
+        finish: Finish::Length,
+    })
+}
+
+/// What to evaluate in [`eval`].
+#[derive(Debug, Clone)]
+pub enum EvalPrompt<'a> {
+    /// Text tokenized with special tokens parsed (`chat`: rendered first as one user message
+    /// through the model's chat template with the generation prompt).
+    Text { text: &'a str, chat: bool },
+    /// Token ids as given.
+    Ids(Vec<TokenId>),
+}
+
+/// The `poot eval` report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvalReport {
+    pub prompt_ids: Vec<TokenId>,
+    /// The `top` largest raw logits after prefill, largest first.
+    pub top: Vec<(TokenId, f32)>,
+    pub greedy_ids: Vec<TokenId>,
+    /// Top-1 minus top-2 logit at each greedy step.
+    pub greedy_margins: Vec<f32>,
+    pub greedy_text: String,
+}
+
+impl EvalReport {
+    /// `{"prompt_ids":[..],"top":[{"id":..,"logit":..},..],"greedy_ids":[..],
+    /// "greedy_margins":[..],"greedy_text":".."}`.
+    pub fn to_json(&self) -> Json {
+        json!({
+            "prompt_ids": self.prompt_ids,
+            "top": self.top.iter().map(|&(id, logit)| json!({"id": id, "logit": logit})).collect::<Vec<_>>(),
+            "greedy_ids": self.greedy_ids,
+            "greedy_margins": self.greedy_margins,
+            "greedy_text": self.greedy_text,
+        })
+    }
+}
+
+/// Tokenizes (or takes) a prompt, prefills it, reports the `top` raw logits, then takes
+/// `greedy` greedy steps with their margins. `threads` applies natively.
+pub fn eval(
+    file: &[u8],
+    prompt: &EvalPrompt<'_>,
+    top: usize,
+    greedy: usize,
+    threads: usize,
+) -> Result<EvalReport> {
+    let gguf = Gguf::parse(file)?;
+    let tok = Tokenizer::from_gguf(&gguf)?;
+    let mut model = Model::from_gguf_bytes(file)?;
+    model.set_threads(threads);
+    let prompt_ids = match prompt {
+        EvalPrompt::Ids(ids) => ids.clone(),
+        EvalPrompt::Text { text, chat: false } => tok.encode_prompt(text),
+        EvalPrompt::Text { text, chat: true } => {
+            tok.encode_prompt(&render_gguf_user_prompt(&gguf, &tok, text)?)
+        }
+    };
+    let context = (prompt_ids.len() + greedy)
+        .min(model.config().context_length)
+        .max(1);
+    let mut session = model.session(context)?;
+    let mut logits = model.forward(&mut session, &prompt_ids)?;
+    let top = top_k(&logits, top);
+    let mut greedy_ids = Vec::with_capacity(greedy);
+    let mut greedy_margins = Vec::with_capacity(greedy);
+    for step in 0..greedy {
+        let best = top_k(&logits, 2);
+        let next = argmax(&logits);
+        greedy_ids.push(next);
+        greedy_margins.push(
+            best.first().map_or(0.0, |a| a.1) - best.get(1).map_or(f32::NEG_INFINITY, |b| b.1),
+        );
+        if step + 1 < greedy {
+            logits = model.forward(&mut session, &[next])?;
+        }
+    }
+    let greedy_text = String::from_utf8_lossy(&tok.decode(&greedy_ids, true)).into_owned();
+    Ok(EvalReport {
+        prompt_ids,
+        top,
+        greedy_ids,
+        greedy_margins,
+        greedy_text,
+    })
+}
+
+/// `{"ids":[..]}` for `poot tokenize`: special tokens in the text parsed, no BOS/EOS added.
+pub fn tokenize_json(file: &[u8], text: &str) -> Result<Json> {
+    let tok = Tokenizer::from_gguf_bytes(file)?;
+    Ok(json!({ "ids": tok.encode(text, false, true) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::constraint::{Constraint, Spec};
+    use crate::model::synthetic::TinySpec;
+    use crate::sampling::Params;
+    use crate::vocab::Vocabulary;
+    use std::sync::Arc;
+
+    #[test]
+    fn eval_reports_prompt_top_and_greedy_steps() {
+        let file = TinySpec::default().build();
+        let r = eval(
+            &file,
+            &EvalPrompt::Text {
+                text: "hi there",
+                chat: true,
+            },
+            5,
+            4,
+            1,
+        )
+        .unwrap();
+        assert_eq!(r.prompt_ids[0], 1); // <|im_start|>
+        assert_eq!(r.top.len(), 5);
+        assert!(r.top.windows(2).all(|w| w[0].1 >= w[1].1));
+        assert_eq!(r.greedy_ids[0], r.top[0].0);
+        assert!(r.greedy_margins.iter().all(|&m| m >= 0.0));
+        let j = r.to_json();
+        assert_eq!(j["greedy_ids"].as_array().unwrap().len(), 4);
+        assert!(j["top"][0]["logit"].is_number());
+        let by_ids = eval(&file, &EvalPrompt::Ids(r.prompt_ids.clone()), 5, 4, 1).unwrap();
+        assert_eq!(by_ids, r);
+        assert_eq!(
+            tokenize_json(&file, "<|im_end|>").unwrap(),
+            json!({"ids": [2]})
+        );
+    }
+
+    #[test]
+    fn constrained_generation_only_emits_what_the_regex_allows() {
+        let file = TinySpec::default().build();
+        let model = Model::from_gguf_bytes(&file[..]).unwrap();
+        let vocab = Arc::new(Vocabulary::from_gguf_bytes(&file).unwrap());
+        let tok = Tokenizer::from_gguf_bytes(&file).unwrap();
+        let spec = Spec::from_request(&json!({"guided_regex": "(ab|ba)+ [0-9]{2}"}))
+            .unwrap()
+            .unwrap();
+        let constraint = Arc::new(Constraint::from_spec(&spec, vocab).unwrap());
+        for seed in 0..4 {
+            let mut matcher = Matcher::new(constraint.clone());
+            let mut sampler = Sampler::new(Params {
+                seed,
+                temperature: 1.5,
+                ..Params::default()
+            })
+            .unwrap();
+            let mut session = model.session(64).unwrap();
+            let out = generate(
+                &model,
+                &mut session,
+                &[5, 6],
+                &mut sampler,
+                Some(&mut matcher),
+                40,
+                &[],
+            )
+            .unwrap();
+            let text = String::from_utf8(tok.decode(&out.ids, false)).unwrap();
+            let re = regex::Regex::new(r"^(ab|ba)+( [0-9]{0,2})?$").unwrap();
+            assert!(re.is_match(&text), "seed {seed}: {text:?}");
+            if out.finish == Finish::Stop {
+                assert!(
+                    regex::Regex::new(r"^(ab|ba)+ [0-9]{2}$")
+                        .unwrap()
+                        .is_match(&text),
+                    "{text:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unconstrained_generation_stops_at_eos_or_length() {
+        let file = TinySpec::default().build();
+        let model = Model::from_gguf_bytes(&file[..]).unwrap();
+        let mut sampler = Sampler::new(Params::greedy()).unwrap();
+        let mut session = model.session(64).unwrap();
+        let out = generate(&model, &mut session, &[5, 6], &mut sampler, None, 10, &[2]).unwrap();
+        assert!(out.ids.len() <= 10);
+        assert!(!out.ids.contains(&2));
+        assert_eq!(out.finish == Finish::Length, out.ids.len() == 10);
+    }
+}
