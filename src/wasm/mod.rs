@@ -8,6 +8,8 @@ use wasm_bindgen::prelude::*;
 
 use crate::error::Error;
 
+mod constraint;
+
 /// Turns a crate error into a JS `Error` with `code`, `param` and `status` properties.
 fn to_js_error(error: Error) -> JsValue {
     let js = js_sys::Error::new(error.message());
