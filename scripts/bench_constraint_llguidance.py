@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """Peer benchmark: llguidance (PyPI) masks on the same regexes and texts as bench_constraint.sh.
 
-Builds a Hugging Face tokenizer.json from the GGUF's tokenizer metadata (byte-level BPE:
-vocab, merges, special tokens), then for each case follows the text token by token (greedy
-longest match over the vocabulary, as `poot trace` does) and times
-`fill_next_token_bitmask` per step: cold on a fresh matcher, warm on a second walk.
+Reads the token bytes from the GGUF's tokenizer metadata (byte-level BPE or SentencePiece, so
+SmolLM2 and Gemma alike) and hands them to llguidance as a TokenizerWrapper; then for each
+case follows the text token by token (greedy longest match over the vocabulary, as
+`poot trace` does) and times `fill_next_token_bitmask` per step: cold on a fresh matcher,
+warm on a second walk of the same matcher after `reset()` (its lexer caches kept).
 Times include the Python call overhead (~0.3-1 us per call).
 
-usage: bench_constraint_llguidance.py MODEL.gguf CASES.tsv [--tokenizer-json OUT.json]
+Each case runs --repeat times (a fresh matcher each time) and every step's time is the median
+over the repeats.
+
+usage: bench_constraint_llguidance.py MODEL.gguf CASES.tsv [--repeat N]
 CASES.tsv lines: name<TAB>regex<TAB>text (the text may use \\n escapes).
 """
 import json
+import statistics
 import struct
 import sys
 import time
@@ -55,24 +60,92 @@ def read_gguf_metadata(path):
     return meta
 
 
-def tokenizer_json(meta):
-    assert meta["tokenizer.ggml.model"] == b"gpt2", "only byte-level BPE models"
-    tokens = [t.decode() for t in meta["tokenizer.ggml.tokens"]]
-    types = meta.get("tokenizer.ggml.token_type", [1] * len(tokens))
-    merges = [m.decode() for m in meta.get("tokenizer.ggml.merges", [])]
-    added = [
-        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": True}
-        for i, (t, ty) in enumerate(zip(tokens, types)) if ty == 3
-    ]
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-    return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": None, "pre_tokenizer": byte_level, "post_processor": None, "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                  "ignore_merges": False, "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges},
-    }
+# llama.cpp's `tokenizer.ggml.token_type` values.
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+# Texts of end-of-turn tokens that also end the output (src/vocab/mod.rs END_OF_TURN_TEXTS).
+END_OF_TURN = {"<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|end|>",
+               "<|endoftext|>", "<|end_of_text|>", "<EOT>", "</s>"}
+
+
+def gpt2_byte_decoder():
+    """GPT-2's unicode -> byte table (the inverse of bytes_to_unicode)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def vocabulary(meta):
+    """Token bytes, special ids and end-of-sequence ids from the GGUF tokenizer metadata.
+
+    An independent reading of what src/vocab/gguf.rs reads: `gpt2` (byte-level BPE, the GPT-2
+    byte table undone) and `llama` (SentencePiece: `\u2581` is a space, `<0xNN>` is one byte);
+    control, unknown and unused tokens are special and never text.
+    """
+    model = meta["tokenizer.ggml.model"].decode()
+    assert model in ("gpt2", "llama"), f"tokenizer model {model} is not supported"
+    texts = [t.decode() for t in meta["tokenizer.ggml.tokens"]]
+    types = meta.get("tokenizer.ggml.token_type", [NORMAL] * len(texts))
+    table = gpt2_byte_decoder()
+    tokens, special = [], []
+    for i, (text, ty) in enumerate(zip(texts, types)):
+        is_byte = len(text) == 6 and text.startswith("<0x") and text.endswith(">")
+        if ty in (UNKNOWN, CONTROL, UNUSED):
+            special.append(i)
+            tokens.append(text.encode())
+        elif ty == USER_DEFINED:
+            tokens.append(text.encode())
+        elif ty == BYTE and is_byte:
+            tokens.append(bytes([int(text[3:5], 16)]))
+        elif model == "gpt2":
+            try:
+                tokens.append(bytes(table[c] for c in text))
+            except KeyError:
+                tokens.append(text.encode())
+        else:
+            tokens.append(text.replace("\u2581", " ").encode())
+    eos = [meta[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                             "tokenizer.ggml.eom_token_id") if k in meta]
+    eos += [i for i, (t, ty) in enumerate(zip(texts, types))
+            if t in END_OF_TURN and ty in (CONTROL, USER_DEFINED, UNKNOWN, UNUSED)]
+    eos = sorted(set(eos))
+    special = sorted(set(special) | set(eos))
+    return tokens, special, eos
+
+
+class ByteTokenizer:
+    """The token list llguidance's TokenizerWrapper wants; encodes by greedy longest match."""
+
+    def __init__(self, tokens, special, eos):
+        self.tokens = tokens
+        self.special_token_ids = special
+        self.eos_token_id = eos[0]
+        self.bos_token_id = None
+        skip = set(special)
+        self.index = {}
+        for i, b in enumerate(tokens):
+            if i not in skip and b:
+                self.index.setdefault(b, i)
+        self.max_len = max(len(b) for b in self.index)
+
+    def __call__(self, text):
+        if isinstance(text, str):
+            text = text.encode()
+        out, pos = [], 0
+        while pos < len(text):
+            for n in range(min(self.max_len, len(text) - pos), 0, -1):
+                t = self.index.get(text[pos:pos + n])
+                if t is not None:
+                    out.append(t)
+                    pos += n
+                    break
+            else:
+                raise SystemExit(f"no token for byte {text[pos]:#x}")
+        return out
 
 
 def percentiles(xs):
@@ -84,82 +157,64 @@ def percentiles(xs):
 def main():
     import llguidance
     import llguidance.numpy
-    import numpy as np
 
     args = sys.argv[1:]
-    out_json = None
-    if "--tokenizer-json" in args:
-        i = args.index("--tokenizer-json")
-        out_json = args[i + 1]
+    repeat = 1
+    if "--repeat" in args:
+        i = args.index("--repeat")
+        repeat = int(args[i + 1])
         del args[i:i + 2]
     model, cases_path = args
-    meta = read_gguf_metadata(model)
-    tj = tokenizer_json(meta)
-    tj_text = json.dumps(tj)
-    if out_json:
-        with open(out_json, "w") as f:
-            f.write(tj_text)
-    eos = meta["tokenizer.ggml.eos_token_id"]
-    tok = llguidance.LLTokenizer(tj_text, eos_token=eos)
-    n_vocab = tok.vocab_size
+    tokens, special, eos = vocabulary(read_gguf_metadata(model))
+    tokenize = ByteTokenizer(tokens, special, eos)
+    tok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(tokenize), eos_token=eos)
+    mask = llguidance.numpy.allocate_token_bitmask(1, tok.vocab_size)
+    allowed = lambda t: bool(mask[0, t // 32] >> (t % 32) & 1)
 
-    # Greedy longest match over the token bytes, as `poot trace` does.
-    token_bytes = {}
-    for i in range(n_vocab):
-        if i in {a["id"] for a in tj["added_tokens"]}:
-            continue
-        b = tok.decode_bytes([i])
-        if b:
-            token_bytes.setdefault(b, i)
-    max_len = max(len(b) for b in token_bytes)
-
-    def tokenize(text):
-        out, pos = [], 0
-        while pos < len(text):
-            for n in range(min(max_len, len(text) - pos), 0, -1):
-                t = token_bytes.get(text[pos:pos + n])
-                if t is not None:
-                    out.append(t)
-                    pos += n
-                    break
-            else:
-                raise SystemExit(f"no token for byte {text[pos]:#x}")
-        return out
+    def walk(matcher, ids):
+        times, ok = [], True
+        for t in ids + [None]:
+            t0 = time.perf_counter()
+            llguidance.numpy.fill_next_token_bitmask(matcher, mask, 0)
+            times.append((time.perf_counter() - t0) * 1e6)
+            if t is None:
+                return times, ok and any(allowed(e) for e in eos)
+            if not allowed(t) or not matcher.consume_token(t):
+                return times, False
 
     all_cold, all_warm = [], []
     for line in open(cases_path, encoding="utf-8"):
         if not line.strip() or line.startswith("#"):
             continue
         name, regex, text = line.rstrip("\n").split("\t")
-        text = text.replace("\\n", "\n").encode()
-        tokens = tokenize(text)
-        t0 = time.perf_counter()
-        grammar = llguidance.LLMatcher.grammar_from_regex(regex)
-        matcher = llguidance.LLMatcher(tok, grammar, log_level=0)
-        compile_ms = (time.perf_counter() - t0) * 1e3
-        assert not matcher.is_error(), matcher.get_error()
-        mask = llguidance.numpy.allocate_token_bitmask(1, n_vocab)
-        walks = []
-        for walk in range(2):
-            if walk:
-                matcher = llguidance.LLMatcher(tok, grammar, log_level=0)
-            times, ok = [], True
-            for t in tokens + [None]:
-                t0 = time.perf_counter()
-                llguidance.numpy.fill_next_token_bitmask(matcher, mask, 0)
-                times.append((time.perf_counter() - t0) * 1e6)
-                if t is None:
-                    ok = ok and bool(mask[0, eos // 32] >> (eos % 32) & 1)
-                    break
-                if not (mask[0, t // 32] >> (t % 32)) & 1 or not matcher.consume_token(t):
-                    ok = False
-                    break
-            walks.append((times, ok))
-        all_cold.extend(walks[0][0])
-        all_warm.extend(walks[1][0])
-        print(json.dumps({"engine": "llguidance", "name": name, "tokens": len(tokens),
-                          "compile_ms": round(compile_ms, 3), "cold": percentiles(walks[0][0]),
-                          "warm": percentiles(walks[1][0]), "accepted": walks[0][1]}))
+        ids = tokenize(text.replace("\\n", "\n").encode())
+        compiles, colds, warms, ok, refused = [], [], [], True, None
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            grammar = llguidance.LLMatcher.grammar_from_regex(regex)
+            matcher = llguidance.LLMatcher(tok, grammar, log_level=0)
+            compiles.append((time.perf_counter() - t0) * 1e3)
+            if matcher.is_error():
+                refused = matcher.get_error()
+                break
+            cold, cold_ok = walk(matcher, ids)
+            # The warm walk reuses the matcher, whose lexer caches the first walk filled.
+            matcher.reset()
+            warm, warm_ok = walk(matcher, ids)
+            colds.append(cold)
+            warms.append(warm)
+            ok = ok and cold_ok and warm_ok and len(cold) == len(warm)
+        out = {"engine": "llguidance", "name": name, "tokens": len(ids),
+               "compile_ms": round(statistics.median(compiles), 3)}
+        if refused:
+            print(json.dumps({**out, "refused": refused}))
+            continue
+        cold = [statistics.median(step) for step in zip(*colds)]
+        warm = [statistics.median(step) for step in zip(*warms)]
+        all_cold.extend(cold)
+        all_warm.extend(warm)
+        print(json.dumps({**out, "cold": percentiles(cold), "warm": percentiles(warm), "accepted": ok,
+                          "cold_us": [round(x, 3) for x in cold], "warm_us": [round(x, 3) for x in warm]}))
     print(json.dumps({"engine": "llguidance", "summary": True, "masks": len(all_warm),
                       "cold": percentiles(all_cold), "warm": percentiles(all_warm)}))
 
