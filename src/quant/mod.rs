@@ -343,11 +343,17 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let ca = a.chunks_exact(8);
     let cb = b.chunks_exact(8);
     let (ra, rb) = (ca.remainder(), cb.remainder());
+    let mut acc2 = [0f32; 4];
     for (a, b) in ca.zip(cb) {
-        for k in 0..8 {
+        let a: &[f32; 8] = a.try_into().expect("8 lanes");
+        let b: &[f32; 8] = b.try_into().expect("8 lanes");
+        // Two 4-lane accumulators: exactly two SSE / SIMD128 registers.
+        for k in 0..4 {
             acc[k] += a[k] * b[k];
+            acc2[k] += a[k + 4] * b[k + 4];
         }
     }
+    acc[4..].copy_from_slice(&acc2);
     let mut s = hsum(acc);
     for (a, b) in ra.iter().zip(rb) {
         s += a * b;
@@ -355,9 +361,15 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// Sums 8 lanes as two 4-lane halves first, the order a vectorized loop keeps them in (an
+/// order that pairs lanes within a half makes LLVM shuffle inside the loop).
 #[inline]
 fn hsum(acc: [f32; 8]) -> f32 {
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+    let mut h = [0f32; 4];
+    for k in 0..4 {
+        h[k] = acc[k] + acc[k + 4];
+    }
+    (h[0] + h[2]) + (h[1] + h[3])
 }
 
 /// Adds one Q4 block's `d · Σ q[j]·x[j]` to 16 lane accumulators (`qs[j] & 0xf` is element j,
