@@ -93,6 +93,43 @@ impl Trie {
         self.nodes.len() - 1
     }
 
+    /// Number of nodes (without the root), for engines that walk the trie themselves.
+    pub(crate) fn node_len(&self) -> usize {
+        self.nodes.len() - 1
+    }
+
+    /// Node `i` (`i < node_len()`, preorder): its byte, its depth (1 for the root's children)
+    /// and the index of the first node after its subtree.
+    #[inline(always)]
+    pub(crate) fn node(&self, i: usize) -> (u8, usize, usize) {
+        let n = self.nodes[i];
+        (n.byte, usize::from(n.depth), n.next as usize)
+    }
+
+    /// The tokens whose bytes end at node `i`.
+    #[inline(always)]
+    pub(crate) fn tokens(&self, i: usize) -> &[TokenId] {
+        &self.tokens[self.nodes[i].tok_start as usize..self.nodes[i + 1].tok_start as usize]
+    }
+
+    /// The longest token's length (the deepest node).
+    pub(crate) fn max_depth(&self) -> usize {
+        self.max_depth
+    }
+
+    /// Whether some child of node `i` has a byte for which `pred` holds.
+    pub(crate) fn any_child(&self, i: usize, pred: impl Fn(u8) -> bool) -> bool {
+        let end = self.nodes[i].next as usize;
+        let mut j = i + 1;
+        while j < end {
+            if pred(self.nodes[j].byte) {
+                return true;
+            }
+            j = self.nodes[j].next as usize;
+        }
+        false
+    }
+
     /// Walks every token path from automaton state `start`, following `next(state, byte)`
     /// and pruning at `dead`; calls `allow` for each token whose whole path stays alive.
     #[inline]
