@@ -14,6 +14,45 @@ pub const MAX_REGEX_BYTES: usize = 4096;
 /// Longest `guided_grammar` text accepted, in bytes (spec: 16 KiB).
 pub const MAX_GRAMMAR_BYTES: usize = 16 * 1024;
 
+/// Largest count in a `guided_grammar` repetition `{m}`, `{m,}` or `{m,n}`.
+///
+/// A counted repetition is expanded into copies of its item, so `x{0,100000}` would build a
+/// hundred thousand copies; counts past this are refused while parsing (llama.cpp's own
+/// threshold is 2000). Nested counts multiply and are caught by
+/// [`GRAMMAR_AUTOMATON_BYTES`].
+pub const MAX_GRAMMAR_REPETITION: u32 = 1000;
+
+/// Memory the compiled automaton of a `guided_grammar` may use, in bytes (NFA while building,
+/// then the rule DFAs and their call expansions).
+///
+/// Four times the regex bound: a grammar has many rules, and a C-like language with keywords
+/// needs ~100 KiB here. A grammar past it (`("a"|"b"){1000}` nested in another count, or a rule
+/// whose determinization explodes) is refused while compiling.
+pub const GRAMMAR_AUTOMATON_BYTES: usize = 1024 * 1024;
+
+/// Parenthesis nesting depth in a `guided_grammar` (the parser recurses on groups).
+pub const MAX_GRAMMAR_NESTING: u32 = 128;
+
+/// Work one grammar step may do, in units of one parser stack frame examined or made.
+///
+/// Applies to each token mask, each `advance` and each check of a token. The test grammars
+/// (arithmetic, JSON, a C-like language) use under 1,000 units per mask even over a
+/// 262,144-token vocabulary; an ambiguous grammar can keep exponentially many parses alive
+/// (`t ::= u "b" | v "c" | "x"`, `u ::= "a" t`, `v ::= "a" t` doubles them with every `a`) and
+/// ends the request with a `limit_exceeded` error here instead of running unbounded. A unit
+/// makes at most one 64-byte frame, so a step also stays under ~13 MB and a few milliseconds.
+/// Precomputing one grammar state's masks walks the whole vocabulary trie once, so it gets
+/// this budget plus four units per trie node.
+pub const MAX_GRAMMAR_STEP_WORK: u64 = 200_000;
+
+/// Longest run of whitespace between two JSON tokens (and before and after the value) that
+/// `response_format: {"type": "json_object"}` allows, in bytes.
+///
+/// Unbounded whitespace lets a model loop on newlines forever (a known failure of peers that
+/// allow it); 64 bytes fits a newline plus the indentation of pretty-printed JSON 31 levels
+/// deep at two spaces per level, and then a structural character must follow.
+pub const MAX_JSON_WHITESPACE: usize = 64;
+
 /// Longest `guided_json` / `response_format` schema accepted, in bytes of its JSON text
 /// (spec: 16 KiB).
 pub const MAX_SCHEMA_BYTES: usize = 16 * 1024;
