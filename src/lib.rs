@@ -25,6 +25,7 @@ pub mod choice;
 pub mod constraint;
 pub mod error;
 pub mod gguf;
+pub mod grammar;
 pub mod limits;
 pub mod mask;
 pub mod model;

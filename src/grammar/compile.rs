@@ -1,0 +1,783 @@
+//! Parsed rules to the pushdown automaton: one DFA per rule over bytes and rule calls.
+//!
+//! 1. Each rule body becomes a Thompson NFA whose edges are byte ranges (character classes
+//!    become their UTF-8 byte sequences, as in the regex engine) and calls of other rules.
+//! 2. Nullable rules are found by a fixpoint. A call of a nullable rule `R` gets an ε-bypass,
+//!    and every call targets `R'`, the rule without its empty string, so a called rule always
+//!    consumes at least one byte: a stack frame never returns empty-handed, and "pop while
+//!    accepting" cannot loop.
+//! 3. Each rule's NFA is determinized (subset construction over byte classes and called rules).
+//! 4. States that cannot complete their rule are removed (a fixpoint that also finds which rules
+//!    can complete at all), so every live stack can still finish: "alive" means "a prefix of a
+//!    sentence".
+//! 5. Left recursion (a rule that can call itself before consuming a byte) is an error naming
+//!    the cycle. Without it, the calls a state can make before its first byte form a DAG, and
+//!    for every (state, byte class) the stack pushes that byte leads to are precomputed
+//!    ([`Grammar::expansions`]), so stepping a frame by a byte never searches the grammar.
+
+use super::parse::{Ast, Expr};
+use super::{BitSet256, Expansion, Grammar, GrammarError, NONE};
+use crate::limits::GRAMMAR_AUTOMATON_BYTES;
+use regex_syntax::utf8::Utf8Sequences;
+use std::collections::HashMap;
+
+/// Bytes charged per NFA state and per edge against [`GRAMMAR_AUTOMATON_BYTES`].
+const NFA_STATE_BYTES: usize = 32;
+const NFA_EDGE_BYTES: usize = 12;
+
+#[derive(Default)]
+struct NState {
+    eps: Vec<u32>,
+    bytes: Vec<(u8, u8, u32)>,
+    calls: Vec<(u32, u32)>,
+}
+
+struct Nfa<'a> {
+    states: Vec<NState>,
+    bytes_used: usize,
+    /// The rules, and which are inlined at their call sites.
+    rules: &'a [super::parse::Rule],
+    inline: &'a [bool],
+}
+
+/// The automaton would pass [`GRAMMAR_AUTOMATON_BYTES`].
+struct TooBig;
+
+impl Nfa<'_> {
+    fn charge(&mut self, n: usize) -> Result<(), TooBig> {
+        self.bytes_used += n;
+        if self.bytes_used > GRAMMAR_AUTOMATON_BYTES {
+            Err(TooBig)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn add(&mut self) -> Result<u32, TooBig> {
+        self.charge(NFA_STATE_BYTES)?;
+        self.states.push(NState::default());
+        Ok(self.states.len() as u32 - 1)
+    }
+
+    fn eps(&mut self, from: u32, to: u32) -> Result<(), TooBig> {
+        self.charge(NFA_EDGE_BYTES)?;
+        self.states[from as usize].eps.push(to);
+        Ok(())
+    }
+
+    fn byte(&mut self, from: u32, lo: u8, hi: u8, to: u32) -> Result<(), TooBig> {
+        self.charge(NFA_EDGE_BYTES)?;
+        self.states[from as usize].bytes.push((lo, hi, to));
+        Ok(())
+    }
+
+    /// Adds `e` starting at `from`; returns its end state. Fragments never loop back into
+    /// their entry state (a star gets a fresh loop state), so entries may be shared.
+    fn build(&mut self, e: &Expr, from: u32) -> Result<u32, TooBig> {
+        match e {
+            Expr::Literal(bytes) => {
+                let mut cur = from;
+                for &b in bytes {
+                    let n = self.add()?;
+                    self.byte(cur, b, b, n)?;
+                    cur = n;
+                }
+                Ok(cur)
+            }
+            Expr::Class { ranges, negated } => self.chars(&char_ranges(ranges, *negated), from),
+            Expr::Any => self.chars(&char_ranges(&[(0, 0x10FFFF)], false), from),
+            Expr::Ref(rule) if self.inline[*rule] => {
+                let rules = self.rules;
+                self.build(&rules[*rule].body, from)
+            }
+            Expr::Ref(rule) => {
+                let to = self.add()?;
+                self.charge(NFA_EDGE_BYTES)?;
+                self.states[from as usize].calls.push((*rule as u32, to));
+                Ok(to)
+            }
+            Expr::Seq(items) => {
+                let mut cur = from;
+                for item in items {
+                    cur = self.build(item, cur)?;
+                }
+                Ok(cur)
+            }
+            Expr::Alt(alts) => {
+                let to = self.add()?;
+                for a in alts {
+                    let s = self.add()?;
+                    self.eps(from, s)?;
+                    let end = self.build(a, s)?;
+                    self.eps(end, to)?;
+                }
+                Ok(to)
+            }
+            Expr::Repeat { expr, min, max } => {
+                let mut cur = from;
+                for _ in 0..*min {
+                    cur = self.build(expr, cur)?;
+                }
+                match max {
+                    None => {
+                        let s = self.add()?;
+                        self.eps(cur, s)?;
+                        let end = self.build(expr, s)?;
+                        self.eps(end, s)?;
+                        Ok(s)
+                    }
+                    Some(max) => {
+                        let to = self.add()?;
+                        for _ in *min..*max {
+                            self.eps(cur, to)?;
+                            cur = self.build(expr, cur)?;
+                        }
+                        self.eps(cur, to)?;
+                        Ok(to)
+                    }
+                }
+            }
+        }
+    }
+
+    /// One character from `ranges`, as UTF-8 byte sequences from `from` to a new end state.
+    fn chars(&mut self, ranges: &[(char, char)], from: u32) -> Result<u32, TooBig> {
+        let to = self.add()?;
+        for &(lo, hi) in ranges {
+            for seq in Utf8Sequences::new(lo, hi) {
+                let seq = seq.as_slice();
+                let mut cur = from;
+                for (k, r) in seq.iter().enumerate() {
+                    let next = if k + 1 == seq.len() { to } else { self.add()? };
+                    self.byte(cur, r.start, r.end, next)?;
+                    cur = next;
+                }
+            }
+        }
+        Ok(to)
+    }
+}
+
+/// The code point ranges of a class as sorted, merged `char` ranges without surrogates.
+fn char_ranges(ranges: &[(u32, u32)], negated: bool) -> Vec<(char, char)> {
+    let mut rs: Vec<(u32, u32)> = ranges
+        .iter()
+        .map(|&(lo, hi)| (lo.min(0x10FFFF), hi.min(0x10FFFF)))
+        .collect();
+    rs.sort_unstable();
+    let mut merged: Vec<(u32, u32)> = Vec::new();
+    for (lo, hi) in rs {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    if negated {
+        let mut comp = Vec::new();
+        let mut next = 0u32;
+        for (lo, hi) in merged {
+            if lo > next {
+                comp.push((next, lo - 1));
+            }
+            next = hi + 1;
+        }
+        if next <= 0x10FFFF {
+            comp.push((next, 0x10FFFF));
+        }
+        merged = comp;
+    }
+    let mut out = Vec::new();
+    for (lo, hi) in merged {
+        // Split around the surrogates, which are not characters.
+        for (a, b) in [(lo, hi.min(0xD7FF)), (lo.max(0xE000), hi)] {
+            if a <= b {
+                out.push((
+                    char::from_u32(a).expect("not a surrogate"),
+                    char::from_u32(b).expect("not a surrogate"),
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn too_big(rule: &str) -> GrammarError {
+    GrammarError::limit_no_pos(format!(
+        "needs more than the {GRAMMAR_AUTOMATON_BYTES}-byte automaton limit (while compiling rule `{rule}`)"
+    ))
+}
+
+/// Compiles a parsed grammar.
+pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
+    let n_rules = ast.rules.len();
+    let inline = inlined_rules(ast);
+    let mut nfa = Nfa {
+        states: Vec::new(),
+        bytes_used: 0,
+        rules: &ast.rules,
+        inline: &inline,
+    };
+    let mut nstart = Vec::with_capacity(n_rules);
+    let mut nend = Vec::with_capacity(n_rules);
+    for rule in &ast.rules {
+        let s = nfa.add().map_err(|_| too_big(&rule.name))?;
+        let e = nfa.build(&rule.body, s).map_err(|_| too_big(&rule.name))?;
+        nstart.push(s);
+        nend.push(e);
+    }
+
+    // Byte classes: bytes that no edge distinguishes share a class.
+    let mut boundary = [false; 257];
+    for st in &nfa.states {
+        for &(lo, hi, _) in &st.bytes {
+            boundary[lo as usize] = true;
+            boundary[hi as usize + 1] = true;
+        }
+    }
+    let mut classes = [0u8; 256];
+    let mut reps = vec![0u8];
+    for b in 1..256 {
+        if boundary[b] {
+            reps.push(b as u8);
+        }
+        classes[b] = (reps.len() - 1) as u8;
+    }
+    let stride = reps.len();
+
+    // Nullable rules: the end is reachable by ε and calls of nullable rules.
+    let mut nullable = vec![false; n_rules];
+    loop {
+        let mut changed = false;
+        for r in 0..n_rules {
+            if !nullable[r] && eps_reaches(&nfa, nstart[r], nend[r], &nullable) {
+                nullable[r] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+
+    // Subset construction, rule by rule, into one global numbering.
+    let mut trans: Vec<u32> = Vec::new();
+    let mut accepting: Vec<bool> = Vec::new();
+    let mut rule_of: Vec<u32> = Vec::new();
+    let mut calls: Vec<Vec<(u32, u32)>> = Vec::new();
+    let mut start = Vec::with_capacity(n_rules);
+    let mut used = nfa.bytes_used;
+    let mut seen = Seen {
+        mark: Vec::new(),
+        generation: 0,
+    };
+    for r in 0..n_rules {
+        let base = accepting.len() as u32;
+        let mut ids: HashMap<Vec<u32>, u32> = HashMap::new();
+        let mut sets: Vec<Vec<u32>> = Vec::new();
+        let first = closure(&nfa, vec![nstart[r]], &nullable, &mut seen);
+        ids.insert(first.clone(), base);
+        sets.push(first);
+        start.push(base);
+        let mut i = 0;
+        while i < sets.len() {
+            let set = sets[i].clone();
+            let id =
+                |s: Vec<u32>, ids: &mut HashMap<Vec<u32>, u32>, sets: &mut Vec<Vec<u32>>| -> u32 {
+                    let n = base + sets.len() as u32;
+                    *ids.entry(s.clone()).or_insert_with(|| {
+                        sets.push(s);
+                        n
+                    })
+                };
+            accepting.push(set.binary_search(&nend[r]).is_ok());
+            rule_of.push(r as u32);
+            for &b in &reps {
+                let mut targets = Vec::new();
+                for &q in &set {
+                    for &(lo, hi, t) in &nfa.states[q as usize].bytes {
+                        if lo <= b && b <= hi {
+                            targets.push(t);
+                        }
+                    }
+                }
+                if targets.is_empty() {
+                    trans.push(NONE);
+                } else {
+                    let t = closure(&nfa, targets, &nullable, &mut seen);
+                    trans.push(id(t, &mut ids, &mut sets));
+                }
+            }
+            let mut by_rule: Vec<(u32, u32)> = set
+                .iter()
+                .flat_map(|&q| nfa.states[q as usize].calls.iter().copied())
+                .collect();
+            by_rule.sort_unstable();
+            let mut out = Vec::new();
+            let mut k = 0;
+            while k < by_rule.len() {
+                let callee = by_rule[k].0;
+                let mut targets = Vec::new();
+                while k < by_rule.len() && by_rule[k].0 == callee {
+                    targets.push(by_rule[k].1);
+                    k += 1;
+                }
+                let t = closure(&nfa, targets, &nullable, &mut seen);
+                out.push((callee, id(t, &mut ids, &mut sets)));
+            }
+            used += stride * 4 + out.len() * 8 + set.len() * 4 + 16;
+            calls.push(out);
+            if used > GRAMMAR_AUTOMATON_BYTES {
+                return Err(too_big(&ast.rules[r].name));
+            }
+            i += 1;
+        }
+    }
+    drop(nfa);
+
+    // `R'`: a nullable rule's start state is accepting; calls enter a non-accepting copy.
+    let mut call_start = start.clone();
+    for r in 0..n_rules {
+        if nullable[r] {
+            let s = start[r] as usize;
+            let copy = accepting.len() as u32;
+            let row: Vec<u32> = trans[s * stride..(s + 1) * stride].to_vec();
+            trans.extend_from_slice(&row);
+            accepting.push(false);
+            rule_of.push(r as u32);
+            calls.push(calls[s].clone());
+            call_start[r] = copy;
+        }
+    }
+    let n = accepting.len();
+
+    // Live states (can complete their rule) and productive rules, by a worklist.
+    let mut rev: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut rev_ret: Vec<Vec<(u32, u32)>> = vec![Vec::new(); n];
+    let mut callers: Vec<Vec<(u32, u32)>> = vec![Vec::new(); n_rules];
+    let mut starts_of: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (r, &s) in call_start.iter().enumerate() {
+        starts_of.entry(s).or_default().push(r as u32);
+    }
+    for s in 0..n {
+        for &t in &trans[s * stride..(s + 1) * stride] {
+            if t != NONE {
+                rev[t as usize].push(s as u32);
+            }
+        }
+        for &(callee, ret) in &calls[s] {
+            rev_ret[ret as usize].push((s as u32, callee));
+            callers[callee as usize].push((s as u32, ret));
+        }
+    }
+    let mut live = vec![false; n];
+    let mut productive = vec![false; n_rules];
+    let mut work: Vec<u32> = (0..n as u32).filter(|&s| accepting[s as usize]).collect();
+    for &s in &work {
+        live[s as usize] = true;
+    }
+    while let Some(t) = work.pop() {
+        let mark = |s: u32, live: &mut Vec<bool>, work: &mut Vec<u32>| {
+            if !live[s as usize] {
+                live[s as usize] = true;
+                work.push(s);
+            }
+        };
+        for &s in &rev[t as usize] {
+            mark(s, &mut live, &mut work);
+        }
+        for &(s, callee) in &rev_ret[t as usize] {
+            if productive[callee as usize] {
+                mark(s, &mut live, &mut work);
+            }
+        }
+        if let Some(rules) = starts_of.get(&t) {
+            for &r in rules {
+                if !productive[r as usize] {
+                    productive[r as usize] = true;
+                    for &(s, ret) in &callers[r as usize] {
+                        if live[ret as usize] {
+                            mark(s, &mut live, &mut work);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let entry = start[ast.root];
+    if !live[entry as usize] {
+        return Err(GrammarError::at(
+            ast.rules[ast.root].at,
+            "the grammar matches no string: rule `root` can never complete (every \
+             alternative recurses forever)"
+                .into(),
+        ));
+    }
+    for s in 0..n {
+        for t in &mut trans[s * stride..(s + 1) * stride] {
+            if *t != NONE && !live[*t as usize] {
+                *t = NONE;
+            }
+        }
+        calls[s].retain(|&(callee, ret)| productive[callee as usize] && live[ret as usize]);
+    }
+
+    // Left recursion: a rule that can call itself before consuming a byte.
+    check_left_recursion(ast, &call_start, &calls)?;
+
+    let mut g = Grammar {
+        names: ast.rules.iter().map(|r| r.name.clone()).collect(),
+        classes,
+        stride,
+        trans,
+        accepting,
+        rule_of,
+        call_off: Vec::new(),
+        call_edges: Vec::new(),
+        exp_base: vec![NONE; n],
+        exp_ranges: Vec::new(),
+        entries: Vec::new(),
+        pushes: Vec::new(),
+        first: vec![BitSet256::default(); n],
+        call_first: vec![BitSet256::default(); n],
+        follow: vec![BitSet256::default(); n_rules],
+        call_start,
+        entry,
+    };
+    let mut off = 0u32;
+    for c in &calls {
+        g.call_off.push(off);
+        g.call_edges.extend_from_slice(c);
+        off += c.len() as u32;
+    }
+    g.call_off.push(off);
+    build_expansions(&mut g, ast, used)?;
+    for s in 0..n {
+        let (mut set, mut calls) = (BitSet256::default(), BitSet256::default());
+        for b in 0..=255u8 {
+            let c = g.classes[b as usize] as usize;
+            let has_call = !g.call_expansions(s as u32, b).is_empty();
+            if has_call {
+                calls.insert(b);
+            }
+            if has_call || g.trans[s * g.stride + c] != NONE {
+                set.insert(b);
+            }
+        }
+        g.first[s] = set;
+        g.call_first[s] = calls;
+    }
+    // FOLLOW: the bytes that can come right after rule R completes, in any context.
+    loop {
+        let mut changed = false;
+        for x in 0..n {
+            let (a, b) = (g.call_off[x] as usize, g.call_off[x + 1] as usize);
+            for k in a..b {
+                let (callee, ret) = g.call_edges[k];
+                let mut add = g.first[ret as usize];
+                if g.accepting[ret as usize] {
+                    add.union_with(&g.follow[g.rule_of[x] as usize]);
+                }
+                let f = &mut g.follow[callee as usize];
+                if !f.contains_all(&add) {
+                    f.union_with(&add);
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    Ok(g)
+}
+
+/// A set of NFA states cleared in O(1) by bumping a generation.
+struct Seen {
+    mark: Vec<u32>,
+    generation: u32,
+}
+
+impl Seen {
+    fn next_generation(&mut self, n: usize) {
+        if self.mark.len() < n {
+            self.mark.resize(n, 0);
+        }
+        self.generation += 1;
+    }
+
+    fn insert(&mut self, s: u32) -> bool {
+        let m = &mut self.mark[s as usize];
+        if *m == self.generation {
+            false
+        } else {
+            *m = self.generation;
+            true
+        }
+    }
+}
+
+/// Rules at most this big (NFA states, estimated) are inlined where they are used.
+const INLINE_SIZE: usize = 400;
+
+/// Which rules to inline at their call sites: small ones that cannot reach themselves
+/// (`ws`, `number`, `ident`, `string`, ...).
+///
+/// A call pushes a frame, and a frame that completes part way through a token makes the mask
+/// depend on the stack below it: the token walk must be redone with the real stack. Inlined,
+/// the rule's states are part of the caller's DFA, so after `x = ` the position is a state of
+/// `assignment` whose context-independent tokens (all ` word` tokens that start an
+/// expression) are computed once, instead of a walk of the ` ` subtree at every such step.
+/// Recursive rules keep their frames: that is what the stack is for.
+fn inlined_rules(ast: &Ast) -> Vec<bool> {
+    let n = ast.rules.len();
+    let mut refs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    fn collect(e: &Expr, out: &mut Vec<usize>) {
+        match e {
+            Expr::Ref(r) => out.push(*r),
+            Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| collect(x, out)),
+            Expr::Repeat { expr, .. } => collect(expr, out),
+            _ => {}
+        }
+    }
+    for (r, rule) in ast.rules.iter().enumerate() {
+        collect(&rule.body, &mut refs[r]);
+        refs[r].sort_unstable();
+        refs[r].dedup();
+    }
+    // A rule is recursive when it can reach itself.
+    let recursive: Vec<bool> = (0..n)
+        .map(|r| {
+            let mut seen = vec![false; n];
+            let mut stack = refs[r].clone();
+            while let Some(x) = stack.pop() {
+                if x == r {
+                    return true;
+                }
+                if !std::mem::replace(&mut seen[x], true) {
+                    stack.extend_from_slice(&refs[x]);
+                }
+            }
+            false
+        })
+        .collect();
+    // Sizes with inlining, bottom-up over the non-recursive rules (a DAG).
+    let mut size: Vec<Option<usize>> = vec![None; n];
+    fn expr_size(e: &Expr, size: &[Option<usize>], inline: &dyn Fn(usize) -> bool) -> usize {
+        match e {
+            Expr::Literal(b) => b.len(),
+            Expr::Class { ranges, .. } => 2 + 2 * ranges.len(),
+            Expr::Any => 8,
+            Expr::Ref(r) if inline(*r) => size[*r].unwrap_or(usize::MAX / 4),
+            Expr::Ref(_) => 1,
+            Expr::Seq(v) | Expr::Alt(v) => v
+                .iter()
+                .map(|x| expr_size(x, size, inline))
+                .fold(1usize, |a, b| a.saturating_add(b)),
+            Expr::Repeat { expr, min, max } => {
+                let copies = max.unwrap_or(*min).max(*min).max(1) as usize;
+                expr_size(expr, size, inline)
+                    .saturating_mul(copies)
+                    .saturating_add(1)
+            }
+        }
+    }
+    fn visit(
+        r: usize,
+        ast: &Ast,
+        refs: &[Vec<usize>],
+        recursive: &[bool],
+        size: &mut Vec<Option<usize>>,
+    ) {
+        if size[r].is_some() || recursive[r] {
+            return;
+        }
+        for &x in &refs[r] {
+            visit(x, ast, refs, recursive, size);
+        }
+        let inline = |x: usize| !recursive[x] && size[x].is_some_and(|s| s <= INLINE_SIZE);
+        size[r] = Some(expr_size(&ast.rules[r].body, size, &inline));
+    }
+    for r in 0..n {
+        visit(r, ast, &refs, &recursive, &mut size);
+    }
+    (0..n)
+        .map(|r| r != ast.root && !recursive[r] && size[r].is_some_and(|s| s <= INLINE_SIZE))
+        .collect()
+}
+
+/// Whether `to` is reachable from `from` by ε-edges and calls of nullable rules.
+fn eps_reaches(nfa: &Nfa, from: u32, to: u32, nullable: &[bool]) -> bool {
+    let mut seen = vec![false; nfa.states.len()];
+    let mut stack = vec![from];
+    while let Some(s) = stack.pop() {
+        if s == to {
+            return true;
+        }
+        if std::mem::replace(&mut seen[s as usize], true) {
+            continue;
+        }
+        let st = &nfa.states[s as usize];
+        stack.extend_from_slice(&st.eps);
+        for &(callee, t) in &st.calls {
+            if nullable[callee as usize] {
+                stack.push(t);
+            }
+        }
+    }
+    false
+}
+
+/// The ε-closure of `set` (ε-edges and bypasses of nullable calls), sorted.
+fn closure(nfa: &Nfa, mut stack: Vec<u32>, nullable: &[bool], seen: &mut Seen) -> Vec<u32> {
+    seen.next_generation(nfa.states.len());
+    let mut out = Vec::new();
+    while let Some(s) = stack.pop() {
+        if !seen.insert(s) {
+            continue;
+        }
+        out.push(s);
+        let st = &nfa.states[s as usize];
+        stack.extend_from_slice(&st.eps);
+        for &(callee, t) in &st.calls {
+            if nullable[callee as usize] {
+                stack.push(t);
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+fn check_left_recursion(
+    ast: &Ast,
+    call_start: &[u32],
+    calls: &[Vec<(u32, u32)>],
+) -> Result<(), GrammarError> {
+    // 0 = unvisited, 1 = on the current path, 2 = done.
+    let n = call_start.len();
+    let mut mark = vec![0u8; n];
+    let mut path: Vec<usize> = Vec::new();
+    fn visit(
+        r: usize,
+        call_start: &[u32],
+        calls: &[Vec<(u32, u32)>],
+        mark: &mut [u8],
+        path: &mut Vec<usize>,
+    ) -> Option<Vec<usize>> {
+        mark[r] = 1;
+        path.push(r);
+        for &(callee, _) in &calls[call_start[r] as usize] {
+            let c = callee as usize;
+            if mark[c] == 1 {
+                let from = path.iter().position(|&x| x == c).expect("on the path");
+                let mut cycle = path[from..].to_vec();
+                cycle.push(c);
+                return Some(cycle);
+            }
+            if mark[c] == 0 {
+                if let Some(cycle) = visit(c, call_start, calls, mark, path) {
+                    return Some(cycle);
+                }
+            }
+        }
+        path.pop();
+        mark[r] = 2;
+        None
+    }
+    for r in 0..n {
+        if mark[r] == 0 {
+            if let Some(cycle) = visit(r, call_start, calls, &mut mark, &mut path) {
+                let names: Vec<&str> = cycle.iter().map(|&c| ast.rules[c].name.as_str()).collect();
+                return Err(GrammarError::at(
+                    ast.rules[cycle[0]].at,
+                    format!(
+                        "rule `{}` is left-recursive ({}): it can call itself before reading \
+                         any character, which a pushdown parser cannot do; rewrite it with \
+                         repetition, e.g. `expr ::= term (\"+\" term)*`",
+                        names[0],
+                        names.join(" -> ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fills `exp_base`, `exp_ranges`, `entries` and `pushes`: for every state with calls and every
+/// byte class, the (pushed return states, new top state) pairs that byte leads to through
+/// calls. Calls before the first byte form a DAG (no left recursion), so a memoized
+/// depth-first pass over the call starts terminates.
+fn build_expansions(g: &mut Grammar, ast: &Ast, mut used: usize) -> Result<(), GrammarError> {
+    let n = g.accepting.len();
+    // Per state with calls: per class, the list of (pushes, final).
+    let mut memo: Vec<Option<Vec<Vec<Expansion>>>> = vec![None; n];
+    fn expand(
+        g: &Grammar,
+        s: usize,
+        memo: &mut Vec<Option<Vec<Vec<Expansion>>>>,
+        used: &mut usize,
+    ) -> Result<(), ()> {
+        if memo[s].is_some() {
+            return Ok(());
+        }
+        let (a, b) = (g.call_off[s] as usize, g.call_off[s + 1] as usize);
+        let mut table: Vec<Vec<Expansion>> = vec![Vec::new(); g.stride];
+        for k in a..b {
+            let (callee, ret) = g.call_edges[k];
+            let cs = g.call_start[callee as usize] as usize;
+            let has_calls = g.call_off[cs] < g.call_off[cs + 1];
+            if has_calls {
+                expand(g, cs, memo, used)?;
+            }
+            for (c, slot) in table.iter_mut().enumerate() {
+                let direct = g.trans[cs * g.stride + c];
+                let mut add = |pushes: Vec<u32>, top: u32, used: &mut usize| -> Result<(), ()> {
+                    let e = Expansion { pushes, top };
+                    if !slot.contains(&e) {
+                        *used += 12 + e.pushes.len() * 4;
+                        if *used > GRAMMAR_AUTOMATON_BYTES {
+                            return Err(());
+                        }
+                        slot.push(e);
+                    }
+                    Ok(())
+                };
+                if direct != NONE {
+                    add(vec![ret], direct, used)?;
+                }
+                if has_calls {
+                    let inner = memo[cs].as_ref().expect("expanded")[c].clone();
+                    for e in inner {
+                        let mut pushes = Vec::with_capacity(e.pushes.len() + 1);
+                        pushes.push(ret);
+                        pushes.extend_from_slice(&e.pushes);
+                        add(pushes, e.top, used)?;
+                    }
+                }
+            }
+        }
+        memo[s] = Some(table);
+        Ok(())
+    }
+    for s in 0..n {
+        if g.call_off[s] < g.call_off[s + 1] {
+            expand(g, s, &mut memo, &mut used)
+                .map_err(|_| too_big(&ast.rules[g.rule_of[s] as usize].name))?;
+        }
+    }
+    for (s, table) in memo.into_iter().enumerate() {
+        let Some(table) = table else { continue };
+        g.exp_base[s] = (g.exp_ranges.len() / g.stride) as u32;
+        for list in table {
+            let from = g.entries.len() as u32;
+            for e in list {
+                let p = g.pushes.len() as u32;
+                g.pushes.extend_from_slice(&e.pushes);
+                g.entries.push((e.top, p, e.pushes.len() as u32));
+            }
+            g.exp_ranges.push((from, g.entries.len() as u32));
+        }
+    }
+    Ok(())
+}

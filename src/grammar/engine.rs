@@ -1,0 +1,880 @@
+//! The pushdown runtime: parse states, byte steps, and token masks over a vocabulary trie.
+//!
+//! A parse state is a set of stacks ("heads"), each a linked list of [`Frame`]s: the top
+//! frame's DFA state, then the return states of the calls below it. Frames are persistent
+//! (never changed once made) and carry a 128-bit hash of their whole stack, so equal stacks
+//! are recognized in O(1) (duplicate heads are merged, and whole masks are cached by the hashes
+//! of the heads).
+//!
+//! Steps run against an overlay: the committed frames of the sequence (read-only) plus a
+//! scratch arena that a trie walk truncates as it backtracks. `advance` copies the frames its
+//! new heads need into the committed arena, so a sequence keeps only the frames it uses.
+
+use super::{BitSet256, Grammar, NONE};
+use crate::error::{Error, Result};
+use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_STEP_WORK};
+use crate::vocab::{TokenId, Vocabulary};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Below the bottom frame of a real stack: popping it ends the output.
+pub(crate) const NIL: u32 = u32::MAX;
+/// Below the base frame of a relative stack: the unknown caller (mask precomputation).
+const CTX: u32 = u32::MAX - 1;
+/// Frame ids with this bit live in the scratch arena.
+const TEMP: u32 = 1 << 31;
+const NIL_KEY: u128 = 0x6a09_e667_f3bc_c908_bb67_ae85_84ca_a73b;
+const CTX_KEY: u128 = 0x3c6e_f372_fe94_f82b_a54f_f53a_5f1d_36f1;
+
+/// One stack frame: a DFA state and the frame below.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Frame {
+    /// Hash of the states of this frame and every frame below it.
+    key: u128,
+    /// The bytes this frame, or a frame below it that the completed frames above return to,
+    /// can take next: a step skips a stack whose `reach` lacks the byte without walking it.
+    reach: BitSet256,
+    state: u32,
+    parent: u32,
+    /// This frame and every frame below can complete without another byte.
+    acc: bool,
+}
+
+#[inline]
+fn fmix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+#[inline]
+fn mix(parent: u128, state: u32) -> u128 {
+    let (lo, hi) = (parent as u64, (parent >> 64) as u64);
+    let s = u64::from(state);
+    let a = fmix64(lo ^ s.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ hi.rotate_left(23));
+    let b = fmix64(hi ^ s.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) ^ lo.rotate_left(41) ^ 0x1656_67b1);
+    (u128::from(b) << 64) | u128::from(a)
+}
+
+/// Work left in one step; each unit is one frame examined or made.
+#[derive(Debug)]
+pub(crate) struct Work {
+    left: u64,
+}
+
+/// The work budget ran out.
+#[derive(Debug)]
+pub(crate) struct OutOfWork;
+
+impl Work {
+    pub(crate) fn new(units: u64) -> Self {
+        Work { left: units }
+    }
+
+    pub(crate) fn unlimited() -> Self {
+        Work { left: u64::MAX }
+    }
+
+    #[inline]
+    fn tick(&mut self, n: u64) -> Result<(), OutOfWork> {
+        if self.left < n {
+            self.left = 0;
+            return Err(OutOfWork);
+        }
+        self.left -= n;
+        Ok(())
+    }
+}
+
+/// The error for a step that ran out of work.
+pub(crate) fn out_of_work(what: &str, heads: usize) -> Error {
+    Error::limit_exceeded(format!(
+        "guided_grammar needs more than the {MAX_GRAMMAR_STEP_WORK}-unit work limit to {what} \
+         ({heads} parses alive: the grammar is too ambiguous)"
+    ))
+    .with_param("guided_grammar")
+}
+
+/// Committed frames plus a scratch arena.
+struct Frames<'a> {
+    base: &'a [Frame],
+    temp: &'a mut Vec<Frame>,
+    /// Keys of the heads a step has made, once there are more than a few (so merging
+    /// duplicates stays O(1) per head however ambiguous the grammar).
+    seen: HashSet<u128>,
+}
+
+impl Frames<'_> {
+    #[inline]
+    fn get(&self, id: u32) -> &Frame {
+        if id & TEMP != 0 {
+            &self.temp[(id & !TEMP) as usize]
+        } else {
+            &self.base[id as usize]
+        }
+    }
+
+    #[inline]
+    fn make(&mut self, g: &Grammar, state: u32, parent: u32) -> u32 {
+        let accepting = g.accepting[state as usize];
+        let mut reach = g.first[state as usize];
+        let (pkey, pacc) = match parent {
+            NIL => (NIL_KEY, true),
+            CTX => (CTX_KEY, true),
+            p => {
+                let f = self.get(p);
+                if accepting {
+                    reach.union_with(&f.reach);
+                }
+                (f.key, f.acc)
+            }
+        };
+        self.temp.push(Frame {
+            key: mix(pkey, state),
+            reach,
+            state,
+            parent,
+            acc: pacc && accepting,
+        });
+        (self.temp.len() - 1) as u32 | TEMP
+    }
+
+    #[inline]
+    fn add_head(&mut self, out: &mut Vec<u32>, from: usize, id: u32) {
+        let key = self.get(id).key;
+        let n = out.len() - from;
+        if n < 16 {
+            if out[from..].iter().all(|&h| self.get(h).key != key) {
+                out.push(id);
+            }
+            return;
+        }
+        if self.seen.len() != n {
+            let keys: Vec<u128> = out[from..].iter().map(|&h| self.get(h).key).collect();
+            self.seen.clear();
+            self.seen.extend(keys);
+        }
+        if self.seen.insert(key) {
+            out.push(id);
+        }
+    }
+
+    /// Steps the heads `pool[a..z]` by `byte`, appending the new heads (without duplicates)
+    /// to `pool` (so they are `pool[z..]` after the call).
+    fn step(
+        &mut self,
+        g: &Grammar,
+        pool: &mut Vec<u32>,
+        (a, z): (usize, usize),
+        byte: u8,
+        work: &mut Work,
+    ) -> Result<(), OutOfWork> {
+        let c = usize::from(g.classes[usize::from(byte)]);
+        self.seen.clear();
+        for k in a..z {
+            let mut cur = pool[k];
+            loop {
+                let f = *self.get(cur);
+                work.tick(1)?;
+                if !f.reach.contains(byte) {
+                    break;
+                }
+                let s = f.state as usize;
+                let n = g.trans[s * g.stride + c];
+                if n != NONE {
+                    let id = if n == f.state {
+                        cur
+                    } else {
+                        self.make(g, n, f.parent)
+                    };
+                    self.add_head(pool, z, id);
+                }
+                let base = g.exp_base[s];
+                if base != NONE {
+                    let (ea, ez) = g.exp_ranges[base as usize * g.stride + c];
+                    for &(top, ps, pl) in &g.entries[ea as usize..ez as usize] {
+                        work.tick(u64::from(pl) + 1)?;
+                        let mut p = f.parent;
+                        for &r in &g.pushes[ps as usize..(ps + pl) as usize] {
+                            p = self.make(g, r, p);
+                        }
+                        let id = self.make(g, top, p);
+                        self.add_head(pool, z, id);
+                    }
+                }
+                if g.accepting[s] && f.parent < CTX {
+                    cur = f.parent;
+                } else {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The level of the heads `pool[from..]`: factored when they share their top state (the
+    /// parents are then appended to `pool`), general otherwise.
+    fn level(&self, g: &Grammar, pool: &mut Vec<u32>, from: usize) -> Level {
+        let top = self.get(pool[from]).state;
+        if pool[from..].iter().all(|&h| self.get(h).state == top) {
+            let start = pool.len();
+            let (mut below, mut pacc) = (BitSet256::default(), false);
+            for k in from..start {
+                let parent = self.get(pool[k]).parent;
+                match parent {
+                    NIL | CTX => pacc = true,
+                    p => {
+                        let f = self.get(p);
+                        below.union_with(&f.reach);
+                        pacc |= f.acc;
+                    }
+                }
+                pool.push(parent);
+            }
+            let lv = Level {
+                start,
+                end: pool.len(),
+                top,
+                below,
+                pacc,
+                temp: self.temp.len(),
+                allowed: BitSet256::default(),
+            };
+            return lv.moved(g, top);
+        }
+        Level {
+            start: from,
+            end: pool.len(),
+            top: NONE,
+            below: BitSet256::default(),
+            pacc: pool[from..].iter().any(|&h| self.get(h).acc),
+            temp: self.temp.len(),
+            allowed: self.allowed(&pool[from..]),
+        }
+    }
+
+    /// Bytes some head can take next (popping completed frames as needed).
+    #[inline]
+    fn allowed(&self, heads: &[u32]) -> BitSet256 {
+        let mut set = BitSet256::default();
+        for &h in heads {
+            set.union_with(&self.get(h).reach);
+        }
+        set
+    }
+
+    /// Copies the scratch frames that `heads` need into `fresh`, numbering them from
+    /// `base_len` (where `fresh` will be appended to the committed arena); returns the heads'
+    /// committed ids.
+    fn commit(&self, heads: &[u32], base_len: u32, fresh: &mut Vec<Frame>) -> Vec<u32> {
+        let mut map: HashMap<u32, u32> = HashMap::new();
+        let scratch = |id: u32| id < CTX && id & TEMP != 0;
+        heads
+            .iter()
+            .map(|&h| {
+                let mut chain = Vec::new();
+                let mut cur = h;
+                while scratch(cur) && !map.contains_key(&cur) {
+                    chain.push(cur);
+                    cur = self.get(cur).parent;
+                }
+                for &t in chain.iter().rev() {
+                    let mut f = *self.get(t);
+                    if scratch(f.parent) {
+                        f.parent = map[&f.parent];
+                    }
+                    fresh.push(f);
+                    map.insert(t, base_len + fresh.len() as u32 - 1);
+                }
+                if scratch(h) {
+                    map[&h]
+                } else {
+                    h
+                }
+            })
+            .collect()
+    }
+}
+
+/// One sequence's parse: the committed frames and the heads after each token.
+#[derive(Debug, Clone)]
+pub(crate) struct Parse {
+    frames: Vec<Frame>,
+    heads: Vec<u32>,
+    /// The start, then one entry per accepted token: (heads start, heads end, frames length).
+    history: Vec<(u32, u32, u32)>,
+}
+
+impl Parse {
+    pub(crate) fn new(g: &Grammar) -> Self {
+        let mut temp = Vec::new();
+        Frames {
+            base: &[],
+            temp: &mut temp,
+            seen: HashSet::new(),
+        }
+        .make(g, g.entry, NIL);
+        Parse {
+            frames: temp,
+            heads: vec![0],
+            history: vec![(0, 1, 1)],
+        }
+    }
+
+    /// The current heads.
+    pub(crate) fn heads(&self) -> &[u32] {
+        let &(a, z, _) = self.history.last().expect("the start is always there");
+        &self.heads[a as usize..z as usize]
+    }
+
+    /// Whether the output so far is a sentence.
+    pub(crate) fn is_accepting(&self) -> bool {
+        self.heads().iter().any(|&h| self.frames[h as usize].acc)
+    }
+
+    /// Undoes the last `k` advances (`k <= steps()`).
+    pub(crate) fn rollback(&mut self, k: usize) {
+        self.history.truncate(self.history.len() - k);
+        let &(_, z, f) = self.history.last().expect("the start is always there");
+        self.heads.truncate(z as usize);
+        self.frames.truncate(f as usize);
+    }
+
+    /// The heads after `bytes` from the current state, as `pool` in a scratch arena; empty
+    /// when the bytes leave the language.
+    fn run(
+        &self,
+        g: &Grammar,
+        bytes: &[u8],
+        temp: &mut Vec<Frame>,
+        work: &mut Work,
+    ) -> Result<Vec<u32>, OutOfWork> {
+        let mut fr = Frames {
+            base: &self.frames,
+            temp,
+            seen: HashSet::new(),
+        };
+        let mut pool = self.heads().to_vec();
+        for &b in bytes {
+            let z = pool.len();
+            fr.step(g, &mut pool, (0, z), b, work)?;
+            pool.drain(..z);
+            if pool.is_empty() {
+                break;
+            }
+        }
+        Ok(pool)
+    }
+
+    /// Whether `bytes` keep the parse alive.
+    pub(crate) fn accepts(
+        &self,
+        g: &Grammar,
+        bytes: &[u8],
+        work: &mut Work,
+    ) -> Result<bool, OutOfWork> {
+        let mut temp = Vec::new();
+        Ok(!self.run(g, bytes, &mut temp, work)?.is_empty())
+    }
+
+    /// Advances by `bytes`; `Ok(false)`, and no change, when they leave the language.
+    pub(crate) fn advance(
+        &mut self,
+        g: &Grammar,
+        bytes: &[u8],
+        work: &mut Work,
+    ) -> Result<bool, OutOfWork> {
+        let mut temp = Vec::new();
+        let heads = self.run(g, bytes, &mut temp, work)?;
+        if heads.is_empty() {
+            return Ok(false);
+        }
+        let base_len = self.frames.len() as u32;
+        let mut fresh = Vec::new();
+        let ids = Frames {
+            base: &self.frames,
+            temp: &mut temp,
+            seen: HashSet::new(),
+        }
+        .commit(&heads, base_len, &mut fresh);
+        self.frames.extend_from_slice(&fresh);
+        let a = self.heads.len() as u32;
+        self.heads.extend_from_slice(&ids);
+        self.history
+            .push((a, self.heads.len() as u32, self.frames.len() as u32));
+        Ok(true)
+    }
+
+    /// The bytes that must come next: while the output is not complete and exactly one byte
+    /// keeps it alive (at most `limit` bytes).
+    pub(crate) fn forced_bytes(&self, g: &Grammar, limit: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut temp = Vec::new();
+        let mut fr = Frames {
+            base: &self.frames,
+            temp: &mut temp,
+            seen: HashSet::new(),
+        };
+        let mut work = Work::new(MAX_GRAMMAR_STEP_WORK);
+        let mut pool = self.heads().to_vec();
+        while out.len() < limit {
+            if pool.iter().any(|&h| fr.get(h).acc) {
+                break;
+            }
+            let allowed = fr.allowed(&pool);
+            let Some(b) = allowed.only() else { break };
+            let z = pool.len();
+            if fr.step(g, &mut pool, (0, z), b, &mut work).is_err() {
+                break;
+            }
+            pool.drain(..z);
+            if pool.is_empty() {
+                break;
+            }
+            out.push(b);
+        }
+        out
+    }
+}
+
+/// Per DFA state, over one vocabulary: the tokens allowed whatever is below the frame, and the
+/// trie nodes after which the frame's rule can complete (whose subtrees need the real stack).
+#[derive(Debug)]
+struct StateMasks {
+    accepted: Box<[u32]>,
+    exits: Box<[u32]>,
+}
+
+impl StateMasks {
+    fn bytes(&self) -> usize {
+        self.accepted.len() * 4 + self.exits.len() * 4 + 64
+    }
+}
+
+/// Trie-walk bookkeeping for one depth: the heads, the scratch arena length after making
+/// them, and the bytes they can take.
+#[derive(Debug, Clone, Copy, Default)]
+struct Level {
+    /// General: the heads are `pool[start..end]` and `pacc` is whether one can complete.
+    /// Factored (`top != NONE`): every head is a frame of state `top` over one of the parents
+    /// `pool[start..end]`, which are not made until a byte needs them; `below` is the union of
+    /// the parents' `reach` and `pacc` whether some parent can complete.
+    start: usize,
+    end: usize,
+    top: u32,
+    below: BitSet256,
+    pacc: bool,
+    temp: usize,
+    allowed: BitSet256,
+}
+
+/// Whole token masks by the sorted stack hashes of a parse state.
+type MaskCache = HashMap<Box<[u128]>, Box<[u32]>>;
+
+/// A grammar bound to a vocabulary, with its mask caches; shared by a request's matchers.
+#[derive(Debug)]
+pub(crate) struct Index {
+    grammar: Grammar,
+    vocab: Arc<Vocabulary>,
+    words: usize,
+    states: Vec<OnceLock<Arc<StateMasks>>>,
+    /// Whole masks by the sorted stack hashes of a parse state.
+    full: Mutex<MaskCache>,
+    cached_bytes: AtomicUsize,
+}
+
+#[inline]
+fn set_bit(out: &mut [u32], t: TokenId) {
+    out[t as usize / 32] |= 1 << (t % 32);
+}
+
+impl Index {
+    pub(crate) fn new(grammar: Grammar, vocab: Arc<Vocabulary>) -> Self {
+        let states = (0..grammar.state_count())
+            .map(|_| OnceLock::new())
+            .collect();
+        let words = crate::mask::words_for(vocab.len());
+        Index {
+            grammar,
+            vocab,
+            words,
+            states,
+            full: Mutex::new(HashMap::new()),
+            cached_bytes: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn grammar(&self) -> &Grammar {
+        &self.grammar
+    }
+
+    /// Reserves `bytes` of the mask cache budget; false when it is spent.
+    fn reserve(&self, bytes: usize) -> bool {
+        if self.cached_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes <= MASK_CACHE_BYTES {
+            true
+        } else {
+            self.cached_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            false
+        }
+    }
+
+    /// Number of DFA states whose masks are cached, and of whole masks cached.
+    pub(crate) fn cached(&self) -> (usize, usize) {
+        let states = self.states.iter().filter(|s| s.get().is_some()).count();
+        let full = self.full.lock().unwrap_or_else(|e| e.into_inner()).len();
+        (states, full)
+    }
+
+    fn state_masks(&self, s: u32) -> Result<Arc<StateMasks>> {
+        let cell = &self.states[s as usize];
+        if let Some(m) = cell.get() {
+            return Ok(m.clone());
+        }
+        let m = Arc::new(self.compute_state(s)?);
+        if self.reserve(m.bytes()) {
+            let _ = cell.set(m.clone());
+        }
+        Ok(m)
+    }
+
+    /// `A(s)` and the exit nodes of `s`: the tokens a lone frame of `s` over an unknown caller
+    /// can consume without returning, and the trie nodes after which it can return with the
+    /// token going on.
+    ///
+    /// The first byte either moves within `s`'s rule (one trie walk over those subtrees) or
+    /// enters a called rule `R`. For a call, `A(start of R)` is reused as is (it is cached and
+    /// shared by every caller of `R`), and only the subtrees after `R` can complete are walked
+    /// again, from `R`'s return state: so a state that expects an expression costs one OR and
+    /// a few short walks once the expression's start is known, not a walk of the whole trie.
+    fn compute_state(&self, s: u32) -> Result<StateMasks> {
+        let g = &self.grammar;
+        let trie = self.vocab.trie();
+        // A walk visits each trie node at most once per head; the budget scales with the trie.
+        let mut work = Work::new(MAX_GRAMMAR_STEP_WORK + 4 * trie.node_len() as u64);
+        let oow = |_| out_of_work("precompute the masks of one grammar position", 1);
+        let follow = g.follow[g.rule_of[s as usize] as usize];
+        let mut accepted = vec![0u32; self.words];
+        let mut exits = Vec::new();
+        let mut walker = Walker::new(trie.max_depth());
+        let (ca, cz) = (g.call_off[s as usize], g.call_off[s as usize + 1]);
+        for k in ca as usize..cz as usize {
+            let (callee, ret) = g.call_edges[k];
+            let m = self.state_masks(g.call_start[callee as usize])?;
+            for (o, a) in accepted.iter_mut().zip(m.accepted.iter()) {
+                *o |= *a;
+            }
+            for &n in m.exits.iter() {
+                walker.temp.clear();
+                let mut fr = Frames {
+                    base: &[],
+                    temp: &mut walker.temp,
+                    seen: HashSet::new(),
+                };
+                let head = fr.make(g, ret, CTX);
+                walker
+                    .walk(
+                        g,
+                        trie,
+                        &[],
+                        Some(n as usize),
+                        &[head],
+                        None,
+                        &mut accepted,
+                        Some((&follow, &mut exits)),
+                        &mut work,
+                    )
+                    .map_err(oow)?;
+            }
+        }
+        walker.temp.clear();
+        let head = Frames {
+            base: &[],
+            temp: &mut walker.temp,
+            seen: HashSet::new(),
+        }
+        .make(g, s, CTX);
+        walker
+            .walk(
+                g,
+                trie,
+                &[],
+                None,
+                &[head],
+                Some(s),
+                &mut accepted,
+                Some((&follow, &mut exits)),
+                &mut work,
+            )
+            .map_err(oow)?;
+        exits.sort_unstable();
+        exits.dedup();
+        Ok(StateMasks {
+            accepted: accepted.into_boxed_slice(),
+            exits: exits.into_boxed_slice(),
+        })
+    }
+
+    /// Fills `out` (the vocabulary's mask words) with the tokens allowed after `parse`.
+    pub(crate) fn fill(&self, parse: &Parse, out: &mut [u32]) -> Result<()> {
+        let heads = parse.heads();
+        let mut key: Vec<u128> = heads
+            .iter()
+            .map(|&h| parse.frames[h as usize].key)
+            .collect();
+        key.sort_unstable();
+        if let Some(m) = self
+            .full
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key[..])
+        {
+            out.copy_from_slice(m);
+            return Ok(());
+        }
+        let mut work = Work::new(MAX_GRAMMAR_STEP_WORK);
+        self.compute(parse, out, &mut work)
+            .map_err(|_| out_of_work("compute one token mask", heads.len()))??;
+        if self.reserve(self.words * 4 + key.len() * 16 + 64) {
+            self.full
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.into_boxed_slice(), out.to_vec().into_boxed_slice());
+        }
+        Ok(())
+    }
+
+    fn compute(
+        &self,
+        parse: &Parse,
+        out: &mut [u32],
+        work: &mut Work,
+    ) -> Result<Result<()>, OutOfWork> {
+        let frames = &parse.frames;
+        out.fill(0);
+        // The heads, and every frame below one that can complete before the next byte.
+        let mut eff: Vec<u32> = Vec::new();
+        let mut keys: HashSet<u128> = HashSet::new();
+        for &h in parse.heads() {
+            let mut cur = h;
+            loop {
+                work.tick(1)?;
+                let f = frames[cur as usize];
+                if keys.insert(f.key) {
+                    eff.push(cur);
+                }
+                if self.grammar.accepting[f.state as usize] && f.parent < CTX {
+                    cur = f.parent;
+                } else {
+                    break;
+                }
+            }
+        }
+        let mut seen_states: Vec<u32> = Vec::new();
+        let mut masks = Vec::with_capacity(eff.len());
+        for &h in &eff {
+            let s = frames[h as usize].state;
+            let m = match self.state_masks(s) {
+                Ok(m) => m,
+                Err(e) => return Ok(Err(e)),
+            };
+            if !seen_states.contains(&s) {
+                // One unit per 64 mask words ORed.
+                work.tick(self.words as u64 / 64 + 1)?;
+                seen_states.push(s);
+                for (o, a) in out.iter_mut().zip(m.accepted.iter()) {
+                    *o |= *a;
+                }
+            }
+            masks.push(m);
+        }
+        for (&h, m) in eff.iter().zip(&masks) {
+            let parent = frames[h as usize].parent;
+            if parent < CTX && !m.exits.is_empty() {
+                self.walk_exits(parse, parent, &m.exits, out, work)?;
+            }
+        }
+        if parse.is_accepting() {
+            for &t in self.vocab.eos() {
+                set_bit(out, t);
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Walks the subtrees below each exit node with the stack `parent`, marking the tokens
+    /// it can consume.
+    fn walk_exits(
+        &self,
+        parse: &Parse,
+        parent: u32,
+        exits: &[u32],
+        out: &mut [u32],
+        work: &mut Work,
+    ) -> Result<(), OutOfWork> {
+        let trie = self.vocab.trie();
+        let mut walker = Walker::new(trie.max_depth());
+        for &n in exits {
+            walker.temp.clear();
+            walker.walk(
+                &self.grammar,
+                trie,
+                &parse.frames,
+                Some(n as usize),
+                &[parent],
+                None,
+                out,
+                None,
+                work,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Scratch space of a trie walk: per-depth levels, the heads pool and the scratch frames.
+struct Walker {
+    lv: Vec<Level>,
+    pool: Vec<u32>,
+    temp: Vec<Frame>,
+}
+
+impl Walker {
+    fn new(max_depth: usize) -> Self {
+        Walker {
+            lv: vec![Level::default(); max_depth + 1],
+            pool: Vec::new(),
+            temp: Vec::new(),
+        }
+    }
+
+    /// Walks the trie below `root` (the whole trie when `None`) from the stacks `heads`,
+    /// setting the bit of every token they can consume in `out`.
+    ///
+    /// With `only_direct = Some(s)` (and `heads` a lone frame of `s`), the first byte may only
+    /// move within `s`'s rule, not enter a call. With `exits = Some((follow, list))`, the
+    /// walk records in `list` the nodes after which a head can return to the unknown caller
+    /// (`CTX`) and some child byte is in `follow`: `root` itself included.
+    ///
+    /// Most of a walk is inside one rule's loop (an identifier, a string) with every head at
+    /// the same state: such a level is kept factored, and a byte that neither enters a call
+    /// nor completes the rule costs one table lookup, as in a DFA.
+    #[allow(clippy::too_many_arguments)]
+    fn walk(
+        &mut self,
+        g: &Grammar,
+        trie: &crate::vocab::Trie,
+        base: &[Frame],
+        root: Option<usize>,
+        heads: &[u32],
+        only_direct: Option<u32>,
+        out: &mut [u32],
+        mut exits: Option<(&BitSet256, &mut Vec<u32>)>,
+        work: &mut Work,
+    ) -> Result<(), OutOfWork> {
+        let mut fr = Frames {
+            base,
+            temp: &mut self.temp,
+            seen: HashSet::new(),
+        };
+        let pool = &mut self.pool;
+        let lv = &mut self.lv;
+        pool.clear();
+        pool.extend_from_slice(heads);
+        let (d0, mut i, end) = match root {
+            Some(n) => {
+                let (_, d, next) = trie.node(n);
+                (d, n + 1, next)
+            }
+            None => (0, 0, trie.node_len()),
+        };
+        lv[d0] = fr.level(g, pool, 0);
+        if let (Some(n), Some((follow, list))) = (root, exits.as_mut()) {
+            if lv[d0].acc(g) && trie.any_child(n, |b| follow.contains(b)) {
+                list.push(n as u32);
+            }
+        }
+        while i < end {
+            let (byte, d, next) = trie.node(i);
+            let up = lv[d - 1];
+            pool.truncate(up.end);
+            fr.temp.truncate(up.temp);
+            if !up.allowed.contains(byte) {
+                i = next;
+                continue;
+            }
+            let c = usize::from(g.classes[usize::from(byte)]);
+            let level = if d == 1 && only_direct.is_some() {
+                // Only the rule's own transitions (calls are accounted for separately).
+                work.tick(1)?;
+                let n = g.trans[up.top as usize * g.stride + c];
+                (n != NONE).then(|| up.moved(g, n))
+            } else if up.top != NONE
+                && !g.call_first[up.top as usize].contains(byte)
+                && !(g.accepting[up.top as usize] && up.below.contains(byte))
+            {
+                // Factored and pure: the byte stays within the top frame.
+                work.tick(1)?;
+                let n = g.trans[up.top as usize * g.stride + c];
+                (n != NONE).then(|| up.moved(g, n))
+            } else {
+                let (mut a, mut z) = (up.start, up.end);
+                if up.top != NONE {
+                    // Make the factored heads, then step them.
+                    for k in up.start..up.end {
+                        let id = fr.make(g, up.top, pool[k]);
+                        pool.push(id);
+                    }
+                    (a, z) = (up.end, pool.len());
+                }
+                fr.step(g, pool, (a, z), byte, work)?;
+                (pool.len() > z).then(|| fr.level(g, pool, z))
+            };
+            let Some(level) = level else {
+                i = next;
+                continue;
+            };
+            for &t in trie.tokens(i) {
+                set_bit(out, t);
+            }
+            if i + 1 < next {
+                if let Some((follow, list)) = exits.as_mut() {
+                    if level.acc(g) && trie.any_child(i, |b| follow.contains(b)) {
+                        list.push(i as u32);
+                    }
+                }
+                lv[d] = level;
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+}
+
+impl Level {
+    /// The factored level after the top state moves to `n` (parents unchanged).
+    #[inline]
+    fn moved(&self, g: &Grammar, n: u32) -> Level {
+        let mut allowed = g.first[n as usize];
+        if g.accepting[n as usize] {
+            allowed.union_with(&self.below);
+        }
+        Level {
+            top: n,
+            allowed,
+            ..*self
+        }
+    }
+
+    /// Whether some head can complete down to the bottom (a real stack's end, or the
+    /// unknown caller).
+    fn acc(&self, g: &Grammar) -> bool {
+        if self.top == NONE {
+            self.pacc
+        } else {
+            g.accepting[self.top as usize] && self.pacc
+        }
+    }
+}

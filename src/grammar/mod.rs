@@ -1,0 +1,281 @@
+//! `guided_grammar`: GBNF (llama.cpp's grammar syntax) compiled to a pushdown automaton over
+//! bytes, with token masks computed by walking the vocabulary trie.
+//!
+//! # Supported syntax
+//!
+//! The whole of llama.cpp's GBNF for text (each item has a test in `tests/grammar_syntax.rs`):
+//! - rules `name ::= ...`, names of ASCII letters, digits, `-` and `_`; the entry rule is `root`;
+//!   a rule ends at a newline, except inside parentheses and right after `::=` or `|`;
+//! - `#` comments to the end of the line, anywhere whitespace may go;
+//! - sequences, alternation `|`, groups `( ... )`, empty alternatives;
+//! - literals `"..."` with the escapes `\n \r \t \\ \" \[ \] \- \xNN \uNNNN \UNNNNNNNN`
+//!   (`\xNN` is the character U+00NN, as in llama.cpp, not a raw byte);
+//! - character classes `[a-z0-9_]`, negated `[^"\\]`, with the same escapes; a class matches
+//!   one Unicode character, whatever its UTF-8 length;
+//! - `.`: any one character (newline included, as in llama.cpp);
+//! - rule references, recursive and mutually recursive ones included;
+//! - repetition `*`, `+`, `?`, `{m}`, `{m,}`, `{m,n}`, with counts up to
+//!   [`MAX_GRAMMAR_REPETITION`](crate::limits::MAX_GRAMMAR_REPETITION).
+//!
+//! Not supported, each a clear error: left recursion (`expr ::= expr "+" term`; rewrite it with
+//! repetition, as llama.cpp also requires), token references `<...>`, and rules that can never
+//! complete. Errors name the line and column.
+//!
+//! # Engine
+//!
+//! Each rule is a DFA over bytes and calls of other rules ([`compile`]); a parse is a set of
+//! stacks of DFA states ([`engine`]), shared as persistent linked frames. Calls of nullable
+//! rules are bypassed at compile time and left recursion is refused, so a byte step is finite:
+//! precomputed call expansions for the top frame, then pops while the top frame can complete.
+//!
+//! The token mask of a stack `[.., p, s]` is the union of
+//! - `A(s)`: the tokens that the frame of `s` (and rules it calls) can consume without
+//!   returning to `p`, which do not depend on anything below and are computed once per DFA
+//!   state by one trie walk (the "context-independent tokens" of XGrammar, the "slices" of
+//!   llguidance);
+//! - the tokens that complete `s`'s rule part way through: the walk above records the trie
+//!   nodes where that can happen, and only their subtrees are walked again with the real stack
+//!   (usually a handful of short walks: `"` then `,` in a JSON string);
+//! - when `s` can complete before the token, the same for `p`, and so on down.
+//!
+//! Whole masks are also cached per parse state (a 128-bit content hash of every stack), so a
+//! state seen before costs a copy. Every step is bounded by a work budget
+//! ([`MAX_GRAMMAR_STEP_WORK`](crate::limits::MAX_GRAMMAR_STEP_WORK)): an ambiguous grammar that
+//! would keep exponentially many parses alive ends the request with a limit error instead of
+//! running unbounded.
+
+mod compile;
+pub(crate) mod engine;
+mod parse;
+
+use crate::error::{Error, Result};
+use crate::limits::MAX_GRAMMAR_BYTES;
+
+/// No transition / no entry.
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// A set of bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct BitSet256(pub [u64; 4]);
+
+impl BitSet256 {
+    #[inline]
+    pub fn insert(&mut self, b: u8) {
+        self.0[usize::from(b >> 6)] |= 1 << (b & 63);
+    }
+
+    #[inline]
+    pub fn contains(&self, b: u8) -> bool {
+        self.0[usize::from(b >> 6)] >> (b & 63) & 1 == 1
+    }
+
+    #[inline]
+    pub fn union_with(&mut self, o: &BitSet256) {
+        for i in 0..4 {
+            self.0[i] |= o.0[i];
+        }
+    }
+
+    pub fn contains_all(&self, o: &BitSet256) -> bool {
+        (0..4).all(|i| self.0[i] & o.0[i] == o.0[i])
+    }
+
+    /// The only byte in the set, if it has exactly one.
+    pub fn only(&self) -> Option<u8> {
+        let n: u32 = self.0.iter().map(|w| w.count_ones()).sum();
+        if n != 1 {
+            return None;
+        }
+        let i = self.0.iter().position(|&w| w != 0).expect("one bit");
+        Some((i * 64 + self.0[i].trailing_zeros() as usize) as u8)
+    }
+}
+
+/// Calls a byte leads to from a state: push these return states, then `top`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Expansion {
+    pub pushes: Vec<u32>,
+    pub top: u32,
+}
+
+/// A grammar error before it is named: where (a byte offset), what, and whether a limit.
+#[derive(Debug)]
+pub(crate) struct GrammarError {
+    at: Option<usize>,
+    message: String,
+    limit: bool,
+}
+
+impl GrammarError {
+    pub(crate) fn at(at: usize, message: String) -> Self {
+        GrammarError {
+            at: Some(at),
+            message,
+            limit: false,
+        }
+    }
+
+    pub(crate) fn limit(at: usize, message: String) -> Self {
+        GrammarError {
+            at: Some(at),
+            message,
+            limit: true,
+        }
+    }
+
+    pub(crate) fn limit_no_pos(message: String) -> Self {
+        GrammarError {
+            at: None,
+            message,
+            limit: true,
+        }
+    }
+
+    fn into_error(self, text: &str) -> Error {
+        let message = match self.at {
+            Some(at) => {
+                let (line, col) = line_col(text.as_bytes(), at);
+                let line_text = text.lines().nth(line - 1).unwrap_or("");
+                format!(
+                    "guided_grammar line {line}, column {col}: {} (in {})",
+                    self.message,
+                    crate::regex::quote(line_text.trim_end())
+                )
+            }
+            None => format!("guided_grammar {}", self.message),
+        };
+        let e = if self.limit {
+            Error::limit_exceeded(message)
+        } else {
+            Error::invalid_input(message)
+        };
+        e.with_param("guided_grammar")
+    }
+}
+
+/// 1-based line and column (in characters) of byte offset `at`.
+fn line_col(src: &[u8], at: usize) -> (usize, usize) {
+    let at = at.min(src.len());
+    let before = &src[..at];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |p| p + 1);
+    let col = String::from_utf8_lossy(&before[start..]).chars().count() + 1;
+    (line, col)
+}
+
+/// "line L, column C" for an offset.
+fn line_col_text(src: &[u8], at: usize) -> String {
+    let (l, c) = line_col(src, at);
+    format!("line {l}, column {c}")
+}
+
+/// A compiled grammar: the pushdown automaton, independent of any vocabulary.
+///
+/// ```
+/// let g = poot::grammar::Grammar::new(r#"
+/// root ::= expr
+/// expr ::= term (("+" | "-") term)*
+/// term ::= [0-9]+ | "(" expr ")"
+/// "#).unwrap();
+/// assert!(g.matches(b"(1+2)-30"));
+/// assert!(!g.matches(b"(1+2"));
+/// let err = poot::grammar::Grammar::new("root ::= x").unwrap_err();
+/// assert_eq!(err.to_string(), "guided_grammar line 1, column 10: undefined rule `x` (in `root ::= x`)");
+/// ```
+#[derive(Clone)]
+pub struct Grammar {
+    names: Vec<String>,
+    pub(crate) classes: [u8; 256],
+    pub(crate) stride: usize,
+    /// `trans[state * stride + class]`: the next state within the rule, or [`NONE`].
+    pub(crate) trans: Vec<u32>,
+    pub(crate) accepting: Vec<bool>,
+    pub(crate) rule_of: Vec<u32>,
+    /// Calls of state `s`: `call_edges[call_off[s]..call_off[s + 1]]`, (rule, return state).
+    pub(crate) call_off: Vec<u32>,
+    pub(crate) call_edges: Vec<(u32, u32)>,
+    /// For a state with calls, its row in `exp_ranges` (one range per byte class) into
+    /// `entries` = (top state, pushes start, pushes length) into `pushes`.
+    pub(crate) exp_base: Vec<u32>,
+    pub(crate) exp_ranges: Vec<(u32, u32)>,
+    pub(crate) entries: Vec<(u32, u32, u32)>,
+    pub(crate) pushes: Vec<u32>,
+    /// Bytes a state can consume without returning (directly or through calls).
+    pub(crate) first: Vec<BitSet256>,
+    /// Bytes a state can consume by entering a call.
+    pub(crate) call_first: Vec<BitSet256>,
+    /// Bytes that can follow a completed call of each rule, in any context.
+    pub(crate) follow: Vec<BitSet256>,
+    /// The start state a call of each rule enters (never accepting).
+    pub(crate) call_start: Vec<u32>,
+    /// The bottom frame's state: `root`'s start (accepting when `root` matches "").
+    pub(crate) entry: u32,
+}
+
+impl std::fmt::Debug for Grammar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grammar")
+            .field("rules", &self.names.len())
+            .field("states", &self.state_count())
+            .field("byte_classes", &self.stride)
+            .finish()
+    }
+}
+
+impl Grammar {
+    /// Parses and compiles GBNF text; errors name the field `guided_grammar` and, for syntax,
+    /// the line and column.
+    pub fn new(text: &str) -> Result<Self> {
+        if text.len() > MAX_GRAMMAR_BYTES {
+            return Err(Error::limit_exceeded(format!(
+                "guided_grammar is {} bytes, over the {MAX_GRAMMAR_BYTES}-byte limit",
+                text.len()
+            ))
+            .with_param("guided_grammar"));
+        }
+        let ast = parse::parse(text).map_err(|e| e.into_error(text))?;
+        compile::compile(&ast).map_err(|e| e.into_error(text))
+    }
+
+    /// Number of DFA states over all rules.
+    pub fn state_count(&self) -> usize {
+        self.accepting.len()
+    }
+
+    /// Number of rules.
+    pub fn rule_count(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Heap bytes of the automaton's tables.
+    pub fn memory_usage(&self) -> usize {
+        self.trans.len() * 4
+            + self.accepting.len() * (1 + 4 + 4 + 4 + 64)
+            + self.call_edges.len() * 8
+            + self.exp_ranges.len() * 8
+            + self.entries.len() * 12
+            + self.pushes.len() * 4
+    }
+
+    /// Whether `bytes` as a whole is a sentence of the grammar (no work limit applies).
+    pub fn matches(&self, bytes: &[u8]) -> bool {
+        let mut parse = engine::Parse::new(self);
+        let mut work = engine::Work::unlimited();
+        matches!(parse.advance(self, bytes, &mut work), Ok(true)) && parse.is_accepting()
+    }
+
+    /// The (top, pushes) expansions of calls from state `s` on byte `b`.
+    #[inline]
+    pub(crate) fn call_expansions(&self, s: u32, b: u8) -> &[(u32, u32, u32)] {
+        let base = self.exp_base[s as usize];
+        if base == NONE {
+            return &[];
+        }
+        let c = usize::from(self.classes[usize::from(b)]);
+        let (a, z) = self.exp_ranges[base as usize * self.stride + c];
+        &self.entries[a as usize..z as usize]
+    }
+}

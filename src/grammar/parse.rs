@@ -1,0 +1,607 @@
+//! The GBNF parser: grammar text to rules of [`Expr`], with line:column errors.
+//!
+//! It follows llama.cpp's `llama_grammar_parser` (src/llama-grammar.cpp) token for token, so a
+//! grammar llama.cpp accepts parses the same here: whitespace and `#` comments between items,
+//! newlines only inside parentheses, after `::=` and after `|`; a rule ends at a newline.
+//! Differences, each an error here where llama.cpp is silent or lenient: a rule defined twice,
+//! an empty class `[]`, a reversed range `[z-a]`, a code point that is not a Unicode scalar
+//! value, and token references `<...>` (which name model tokens, not text).
+
+use super::GrammarError;
+use crate::limits::{MAX_GRAMMAR_NESTING, MAX_GRAMMAR_REPETITION};
+use std::collections::HashMap;
+
+/// One item of a rule body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Expr {
+    /// A literal: these bytes (UTF-8), possibly none.
+    Literal(Vec<u8>),
+    /// One character in (or, negated, outside) these inclusive code point ranges.
+    Class {
+        ranges: Vec<(u32, u32)>,
+        negated: bool,
+    },
+    /// `.`: any one character.
+    Any,
+    /// A reference to rule `rules[index]`.
+    Ref(usize),
+    /// Items in order.
+    Seq(Vec<Expr>),
+    /// Alternatives.
+    Alt(Vec<Expr>),
+    /// `min..=max` repetitions (`max` `None`: unbounded).
+    Repeat {
+        expr: Box<Expr>,
+        min: u32,
+        max: Option<u32>,
+    },
+}
+
+/// A rule: its name, where it is defined, and its body.
+#[derive(Debug, Clone)]
+pub(crate) struct Rule {
+    pub name: String,
+    /// Byte offset of the definition's name (for errors).
+    pub at: usize,
+    pub body: Expr,
+}
+
+/// The parsed grammar: every rule (referenced rules have an index even before their
+/// definition) and the index of `root`.
+#[derive(Debug, Clone)]
+pub(crate) struct Ast {
+    pub rules: Vec<Rule>,
+    pub root: usize,
+}
+
+/// Parses GBNF text. Errors carry the byte offset where they were found.
+pub(crate) fn parse(text: &str) -> Result<Ast, GrammarError> {
+    let mut p = Parser {
+        src: text.as_bytes(),
+        pos: 0,
+        ids: HashMap::new(),
+        rules: Vec::new(),
+        first_use: Vec::new(),
+        nesting: 0,
+    };
+    p.pos = p.space(0, true);
+    while p.pos < p.src.len() {
+        p.rule()?;
+    }
+    for (i, r) in p.rules.iter().enumerate() {
+        if r.is_none() {
+            return Err(GrammarError::at(
+                p.first_use[i],
+                format!("undefined rule `{}`", p.name_of(i)),
+            ));
+        }
+    }
+    let root = *p.ids.get("root").ok_or_else(|| {
+        GrammarError::at(
+            text.len(),
+            "the grammar has no `root` rule (the entry point)".into(),
+        )
+    })?;
+    let rules = p.rules.into_iter().map(|r| r.expect("checked")).collect();
+    Ok(Ast { rules, root })
+}
+
+struct Parser<'a> {
+    src: &'a [u8],
+    pos: usize,
+    ids: HashMap<String, usize>,
+    rules: Vec<Option<Rule>>,
+    /// Where each rule was first mentioned (for "undefined rule").
+    first_use: Vec<usize>,
+    nesting: u32,
+}
+
+fn is_word(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'-' || c == b'_'
+}
+
+impl Parser<'_> {
+    fn peek(&self, at: usize) -> u8 {
+        self.src.get(at).copied().unwrap_or(0)
+    }
+
+    fn name_of(&self, id: usize) -> &str {
+        self.ids
+            .iter()
+            .find(|(_, &v)| v == id)
+            .map(|(k, _)| k.as_str())
+            .unwrap_or("?")
+    }
+
+    /// Skips spaces, tabs and `#` comments, and newlines when `newline_ok`.
+    fn space(&self, mut pos: usize, newline_ok: bool) -> usize {
+        loop {
+            match self.peek(pos) {
+                b' ' | b'\t' => pos += 1,
+                b'\r' | b'\n' if newline_ok => pos += 1,
+                b'#' => {
+                    while pos < self.src.len() && !matches!(self.src[pos], b'\r' | b'\n') {
+                        pos += 1;
+                    }
+                }
+                _ => return pos,
+            }
+        }
+    }
+
+    fn id(&mut self, name: &str, at: usize) -> usize {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.rules.len();
+        self.ids.insert(name.to_owned(), id);
+        self.rules.push(None);
+        self.first_use.push(at);
+        id
+    }
+
+    fn name(&mut self) -> Result<(String, usize), GrammarError> {
+        let start = self.pos;
+        while is_word(self.peek(self.pos)) {
+            self.pos += 1;
+        }
+        if self.pos == start {
+            let what = match self.peek(start) {
+                b'|' => "a rule name; an alternative `|` continues a rule only on the same line \
+                         or inside parentheses"
+                    .to_owned(),
+                0 => "a rule name, found the end of the grammar".to_owned(),
+                _ => format!("a rule name, found {}", self.shown_char(start)),
+            };
+            return Err(GrammarError::at(start, format!("expected {what}")));
+        }
+        let name = std::str::from_utf8(&self.src[start..self.pos])
+            .expect("ASCII")
+            .to_owned();
+        Ok((name, start))
+    }
+
+    fn shown_char(&self, at: usize) -> String {
+        match std::str::from_utf8(&self.src[at..])
+            .ok()
+            .and_then(|s| s.chars().next())
+        {
+            Some(c) if c.is_control() => format!("{:?}", c),
+            Some(c) => format!("`{c}`"),
+            None => "the end of the grammar".into(),
+        }
+    }
+
+    fn rule(&mut self) -> Result<(), GrammarError> {
+        let (name, at) = self.name()?;
+        self.pos = self.space(self.pos, false);
+        if !self.src[self.pos..].starts_with(b"::=") {
+            return Err(GrammarError::at(
+                self.pos,
+                format!(
+                    "expected `::=` after the rule name `{name}`, found {}",
+                    self.shown_char(self.pos)
+                ),
+            ));
+        }
+        let id = self.id(&name, at);
+        if let Some(prev) = &self.rules[id] {
+            let prev_at = prev.at;
+            return Err(GrammarError::at(
+                at,
+                format!(
+                    "rule `{name}` is defined twice (first at {})",
+                    super::line_col_text(self.src, prev_at)
+                ),
+            ));
+        }
+        self.pos = self.space(self.pos + 3, true);
+        let body = self.alternates(false)?;
+        match self.peek(self.pos) {
+            b'\r' => {
+                self.pos += if self.peek(self.pos + 1) == b'\n' {
+                    2
+                } else {
+                    1
+                }
+            }
+            b'\n' => self.pos += 1,
+            0 if self.pos >= self.src.len() => {}
+            b')' => {
+                return Err(GrammarError::at(
+                    self.pos,
+                    "unbalanced `)`: no `(` is open".into(),
+                ))
+            }
+            _ => {
+                return Err(GrammarError::at(
+                    self.pos,
+                    format!(
+                        "expected a newline or the end of the grammar, found {}",
+                        self.shown_char(self.pos)
+                    ),
+                ))
+            }
+        }
+        self.rules[id] = Some(Rule { name, at, body });
+        self.pos = self.space(self.pos, true);
+        Ok(())
+    }
+
+    fn alternates(&mut self, nested: bool) -> Result<Expr, GrammarError> {
+        let mut alts = vec![self.sequence(nested)?];
+        while self.peek(self.pos) == b'|' {
+            self.pos = self.space(self.pos + 1, true);
+            alts.push(self.sequence(nested)?);
+        }
+        Ok(if alts.len() == 1 {
+            alts.pop().expect("one")
+        } else {
+            Expr::Alt(alts)
+        })
+    }
+
+    fn sequence(&mut self, nested: bool) -> Result<Expr, GrammarError> {
+        let mut items: Vec<Expr> = Vec::new();
+        loop {
+            let c = self.peek(self.pos);
+            let start = self.pos;
+            match c {
+                b'"' => {
+                    self.pos += 1;
+                    let mut bytes = Vec::new();
+                    loop {
+                        if self.pos >= self.src.len() {
+                            return Err(GrammarError::at(
+                                start,
+                                "unterminated string literal: no closing `\"`".into(),
+                            ));
+                        }
+                        if self.peek(self.pos) == b'"' {
+                            break;
+                        }
+                        let (cp, at) = self.char()?;
+                        push_utf8(&mut bytes, cp, at)?;
+                    }
+                    self.pos = self.space(self.pos + 1, nested);
+                    items.push(Expr::Literal(bytes));
+                }
+                b'[' => {
+                    self.pos += 1;
+                    let negated = self.peek(self.pos) == b'^';
+                    if negated {
+                        self.pos += 1;
+                    }
+                    let mut ranges = Vec::new();
+                    loop {
+                        if self.pos >= self.src.len() {
+                            return Err(GrammarError::at(
+                                start,
+                                "unbalanced `[`: the character class is never closed with `]`"
+                                    .into(),
+                            ));
+                        }
+                        if self.peek(self.pos) == b']' {
+                            break;
+                        }
+                        let (lo, lo_at) = self.char()?;
+                        let mut hi = lo;
+                        if self.peek(self.pos) == b'-' && self.peek(self.pos + 1) != b']' {
+                            if self.pos + 1 >= self.src.len() {
+                                return Err(GrammarError::at(
+                                    start,
+                                    "unbalanced `[`: the character class is never closed with `]`"
+                                        .into(),
+                                ));
+                            }
+                            self.pos += 1;
+                            hi = self.char()?.0;
+                            if hi < lo {
+                                return Err(GrammarError::at(
+                                    lo_at,
+                                    format!("invalid range: U+{lo:04X} is after U+{hi:04X}"),
+                                ));
+                            }
+                        }
+                        ranges.push((lo, hi));
+                    }
+                    if ranges.is_empty() {
+                        return Err(GrammarError::at(
+                            start,
+                            "empty character class: it would match no character".into(),
+                        ));
+                    }
+                    self.pos = self.space(self.pos + 1, nested);
+                    items.push(Expr::Class { ranges, negated });
+                }
+                b'(' => {
+                    self.nesting += 1;
+                    if self.nesting > MAX_GRAMMAR_NESTING {
+                        return Err(GrammarError::limit(
+                            start,
+                            format!(
+                                "parentheses nest deeper than the limit of {MAX_GRAMMAR_NESTING}"
+                            ),
+                        ));
+                    }
+                    self.pos = self.space(self.pos + 1, true);
+                    let inner = self.alternates(true)?;
+                    if self.peek(self.pos) != b')' {
+                        return Err(GrammarError::at(
+                            start,
+                            format!(
+                                "unbalanced `(`: expected `)` to close it, found {}",
+                                self.shown_char(self.pos)
+                            ),
+                        ));
+                    }
+                    self.nesting -= 1;
+                    self.pos = self.space(self.pos + 1, nested);
+                    items.push(inner);
+                }
+                b'.' => {
+                    self.pos = self.space(self.pos + 1, nested);
+                    items.push(Expr::Any);
+                }
+                b'*' | b'+' | b'?' | b'{' => {
+                    let (min, max) = if c == b'{' {
+                        self.counts(nested)?
+                    } else {
+                        self.pos = self.space(self.pos + 1, nested);
+                        match c {
+                            b'*' => (0, None),
+                            b'+' => (1, None),
+                            _ => (0, Some(1)),
+                        }
+                    };
+                    let last = items.pop().ok_or_else(|| {
+                        GrammarError::at(
+                            start,
+                            format!("`{}` repeats nothing: put an item before it", c as char),
+                        )
+                    })?;
+                    items.push(Expr::Repeat {
+                        expr: Box::new(last),
+                        min,
+                        max,
+                    });
+                }
+                b'<' | b'!' => {
+                    return Err(GrammarError::at(
+                        start,
+                        "token references (`<...>`, `!<...>`) are not supported: they name \
+                         model tokens, and a guided_grammar constrains text"
+                            .into(),
+                    ))
+                }
+                c if is_word(c) => {
+                    let (name, at) = self.name()?;
+                    let id = self.id(&name, at);
+                    self.pos = self.space(self.pos, nested);
+                    items.push(Expr::Ref(id));
+                }
+                _ => break,
+            }
+        }
+        Ok(if items.len() == 1 {
+            items.pop().expect("one")
+        } else {
+            Expr::Seq(items)
+        })
+    }
+
+    /// `{m}`, `{m,}`, `{m,n}` (spaces allowed inside), with the counts bounded.
+    fn counts(&mut self, nested: bool) -> Result<(u32, Option<u32>), GrammarError> {
+        let start = self.pos;
+        self.pos = self.space(self.pos + 1, nested);
+        let min = self.int(start)?;
+        self.pos = self.space(self.pos, nested);
+        let max = match self.peek(self.pos) {
+            b'}' => Some(min),
+            b',' => {
+                self.pos = self.space(self.pos + 1, nested);
+                let max = if self.peek(self.pos).is_ascii_digit() {
+                    let m = self.int(start)?;
+                    self.pos = self.space(self.pos, nested);
+                    Some(m)
+                } else {
+                    None
+                };
+                if self.peek(self.pos) != b'}' {
+                    return Err(GrammarError::at(
+                        self.pos,
+                        format!(
+                            "expected `}}` to close the repetition, found {}",
+                            self.shown_char(self.pos)
+                        ),
+                    ));
+                }
+                max
+            }
+            _ => {
+                return Err(GrammarError::at(
+                    self.pos,
+                    format!(
+                        "expected `,` or `}}` in the repetition, found {}",
+                        self.shown_char(self.pos)
+                    ),
+                ))
+            }
+        };
+        if let Some(max) = max {
+            if max < min {
+                return Err(GrammarError::at(
+                    start,
+                    format!("invalid repetition {{{min},{max}}}: the maximum is below the minimum"),
+                ));
+            }
+        }
+        self.pos = self.space(self.pos + 1, nested);
+        Ok((min, max))
+    }
+
+    fn int(&mut self, start: usize) -> Result<u32, GrammarError> {
+        let from = self.pos;
+        while self.peek(self.pos).is_ascii_digit() {
+            self.pos += 1;
+        }
+        if from == self.pos {
+            return Err(GrammarError::at(
+                from,
+                format!(
+                    "expected a number in the repetition, found {}",
+                    self.shown_char(from)
+                ),
+            ));
+        }
+        let digits = std::str::from_utf8(&self.src[from..self.pos]).expect("ASCII digits");
+        match digits.parse::<u32>() {
+            Ok(n) if n <= MAX_GRAMMAR_REPETITION => Ok(n),
+            _ => Err(GrammarError::limit(
+                start,
+                format!("repetition count {digits} is over the limit of {MAX_GRAMMAR_REPETITION}"),
+            )),
+        }
+    }
+
+    /// One character of a literal or class: an escape or a UTF-8 character. Returns the code
+    /// point and where it started.
+    fn char(&mut self) -> Result<(u32, usize), GrammarError> {
+        let at = self.pos;
+        if self.peek(at) == b'\\' {
+            let e = self.peek(at + 1);
+            let hex = |p: &mut Self, n: usize| -> Result<u32, GrammarError> {
+                let digits = p.src.get(at + 2..at + 2 + n).unwrap_or(&[]);
+                if digits.len() != n || !digits.iter().all(u8::is_ascii_hexdigit) {
+                    return Err(GrammarError::at(
+                        at,
+                        format!("invalid escape: `\\{}` needs {n} hex digits", e as char),
+                    ));
+                }
+                p.pos = at + 2 + n;
+                let s = std::str::from_utf8(digits).expect("hex digits are ASCII");
+                Ok(u32::from_str_radix(s, 16).expect("hex digits"))
+            };
+            let cp = match e {
+                b'x' => hex(self, 2)?,
+                b'u' => hex(self, 4)?,
+                b'U' => hex(self, 8)?,
+                b'n' | b'r' | b't' | b'\\' | b'"' | b'[' | b']' | b'-' => {
+                    self.pos = at + 2;
+                    match e {
+                        b'n' => u32::from(b'\n'),
+                        b'r' => u32::from(b'\r'),
+                        b't' => u32::from(b'\t'),
+                        other => u32::from(other),
+                    }
+                }
+                0 if at + 1 >= self.src.len() => {
+                    return Err(GrammarError::at(
+                        at,
+                        "invalid escape: `\\` at the end of the grammar".into(),
+                    ))
+                }
+                _ => {
+                    return Err(GrammarError::at(
+                        at,
+                        format!(
+                            "invalid escape `\\{}` (known: \\n \\r \\t \\\\ \\\" \\[ \\] \\- \\xNN \\uNNNN \\UNNNNNNNN)",
+                            std::str::from_utf8(&self.src[at + 1..])
+                                .ok()
+                                .and_then(|s| s.chars().next())
+                                .unwrap_or('?')
+                        ),
+                    ))
+                }
+            };
+            if cp > 0x10FFFF {
+                return Err(GrammarError::at(
+                    at,
+                    format!("invalid escape: U+{cp:X} is past U+10FFFF, the last code point"),
+                ));
+            }
+            return Ok((cp, at));
+        }
+        // The text is a `str`, so a character starts here and is whole.
+        let s = std::str::from_utf8(&self.src[at..]).expect("char boundary");
+        let c = s.chars().next().expect("not at the end");
+        self.pos += c.len_utf8();
+        Ok((u32::from(c), at))
+    }
+}
+
+/// Appends the UTF-8 encoding of `cp`; a surrogate cannot be encoded and is an error.
+fn push_utf8(out: &mut Vec<u8>, cp: u32, at: usize) -> Result<(), GrammarError> {
+    let c = char::from_u32(cp).ok_or_else(|| {
+        GrammarError::at(
+            at,
+            format!("U+{cp:04X} is a surrogate, not a character, so a literal cannot contain it"),
+        )
+    })?;
+    let mut buf = [0u8; 4];
+    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(text: &str) -> Expr {
+        let ast = parse(text).unwrap();
+        ast.rules[ast.root].body.clone()
+    }
+
+    #[test]
+    fn literals_and_escapes_are_utf8() {
+        assert_eq!(
+            body(r#"root ::= "a\n\x41\u00e9\U0001F600\"\\""#),
+            Expr::Literal("a\nAé😀\"\\".as_bytes().to_vec())
+        );
+        assert_eq!(
+            body(r#"root ::= "日本""#),
+            Expr::Literal("日本".as_bytes().to_vec())
+        );
+    }
+
+    #[test]
+    fn classes_ranges_and_negation() {
+        assert_eq!(
+            body(r"root ::= [^a-z\]-]"),
+            Expr::Class {
+                ranges: vec![(97, 122), (93, 93), (45, 45)],
+                negated: true
+            }
+        );
+    }
+
+    #[test]
+    fn repetitions_and_groups() {
+        assert_eq!(
+            body("root ::= (\n  \"a\" |\n  \"b\"\n){2,3} x?\nx ::= \"c\""),
+            Expr::Seq(vec![
+                Expr::Repeat {
+                    expr: Box::new(Expr::Alt(vec![
+                        Expr::Literal(b"a".to_vec()),
+                        Expr::Literal(b"b".to_vec())
+                    ])),
+                    min: 2,
+                    max: Some(3)
+                },
+                Expr::Repeat {
+                    expr: Box::new(Expr::Ref(1)),
+                    min: 0,
+                    max: Some(1)
+                },
+            ])
+        );
+    }
+
+    #[test]
+    fn comments_and_empty_alternatives() {
+        let ast =
+            parse("# a comment\nroot ::= \"a\" | # trailing\n  # own line\n  \"\" x\nx ::= \"\"\n")
+                .unwrap();
+        assert_eq!(ast.rules.len(), 2);
+    }
+}
