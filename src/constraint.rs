@@ -8,6 +8,12 @@
 //! - [`Matcher`] is the cheap per-sequence state (a stack of automaton states, one per token)
 //!   that fills masks, advances by tokens, rolls back, and reports forced bytes.
 //!
+//! Three engines sit behind the same two types: the byte DFA ([`crate::regex`]) for
+//! `guided_choice`, `guided_regex` and `guided_json`; the pushdown grammar engine
+//! ([`crate::grammar`]) for `guided_grammar`; and the JSON acceptor ([`crate::json_value`]) for
+//! `response_format` `json_object`. The two pushdown engines keep their own mask caches and a
+//! per-sequence parse that rolls back with the matcher.
+//!
 //! Token `t` is allowed ⇔ the output so far plus `t`'s bytes is a prefix of some string in the
 //! language; an end-of-sequence token is allowed ⇔ the output so far is in the language;
 //! special tokens never are.
@@ -45,7 +51,9 @@
 
 use crate::choice::{self, json_kind};
 use crate::error::{Error, Result};
-use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_BYTES, MAX_SCHEMA_BYTES};
+use crate::grammar::{self, Grammar};
+use crate::json_value;
+use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_BYTES, MAX_GRAMMAR_STEP_WORK, MAX_SCHEMA_BYTES};
 use crate::mask::{check_mask_len, words_for, TokenMask};
 use crate::regex::{Dfa, DEAD};
 use crate::vocab::{TokenId, Vocabulary};
@@ -60,6 +68,37 @@ pub enum Spec {
     Choice(Vec<String>),
     /// `guided_regex`: the whole output matches this pattern.
     Regex(String),
+    /// `guided_grammar`: the output is a sentence of this GBNF grammar.
+    Grammar(String),
+    /// `response_format` `json_object`: the output is one JSON value.
+    JsonObject,
+}
+
+/// A compiled constraint, before it is bound to a vocabulary.
+#[derive(Debug, Clone)]
+// Made once per request and consumed by `Constraint::from_compiled`.
+#[allow(clippy::large_enum_variant)]
+pub enum Compiled {
+    /// A byte DFA (choice, regex, JSON Schema).
+    Dfa(Dfa),
+    /// A GBNF grammar's pushdown automaton.
+    Grammar(Grammar),
+    /// The JSON value acceptor (nothing to compile).
+    JsonValue,
+}
+
+impl Compiled {
+    /// Whether `bytes` as a whole satisfy the constraint.
+    pub fn matches(&self, bytes: &[u8]) -> bool {
+        match self {
+            Compiled::Dfa(dfa) => dfa.matches(bytes),
+            Compiled::Grammar(g) => g.matches(bytes),
+            Compiled::JsonValue => {
+                let mut p = json_value::Parse::new();
+                p.advance(bytes) && p.is_accepting()
+            }
+        }
+    }
 }
 
 impl Spec {
@@ -96,7 +135,7 @@ impl Spec {
                 .with_param("guided_grammar")
             })?;
             check_size("guided_grammar", grammar.len(), MAX_GRAMMAR_BYTES)?;
-            return Err(not_yet("guided_grammar"));
+            return Ok(Some(Spec::Grammar(grammar.to_owned())));
         }
         if let Some(v) = field("guided_json") {
             check_size("guided_json", schema_len(v), MAX_SCHEMA_BYTES)?;
@@ -107,7 +146,7 @@ impl Spec {
             let ty = v.get("type").and_then(Value::as_str);
             return match ty {
                 Some("text") => Ok(None),
-                Some("json_object") => Err(not_yet("response_format")),
+                Some("json_object") => Ok(Some(Spec::JsonObject)),
                 Some("json_schema") => {
                     let schema = v.pointer("/json_schema/schema").ok_or_else(|| {
                         invalid("response_format json_schema needs json_schema.schema".into())
@@ -124,11 +163,13 @@ impl Spec {
         Ok(None)
     }
 
-    /// A short name of the kind: `"choice"` or `"regex"`.
+    /// A short name of the kind: `"choice"`, `"regex"`, `"grammar"` or `"json_object"`.
     pub fn kind(&self) -> &'static str {
         match self {
             Spec::Choice(_) => "choice",
             Spec::Regex(_) => "regex",
+            Spec::Grammar(_) => "grammar",
+            Spec::JsonObject => "json_object",
         }
     }
 
@@ -137,14 +178,18 @@ impl Spec {
         match self {
             Spec::Choice(_) => "guided_choice",
             Spec::Regex(_) => "guided_regex",
+            Spec::Grammar(_) => "guided_grammar",
+            Spec::JsonObject => "response_format",
         }
     }
 
     /// Compiles the automaton (independent of any vocabulary).
-    pub fn compile(&self) -> Result<Dfa> {
+    pub fn compile(&self) -> Result<Compiled> {
         match self {
-            Spec::Choice(choices) => choice::compile(choices),
-            Spec::Regex(pattern) => Dfa::new(pattern),
+            Spec::Choice(choices) => choice::compile(choices).map(Compiled::Dfa),
+            Spec::Regex(pattern) => Dfa::new(pattern).map(Compiled::Dfa),
+            Spec::Grammar(text) => Grammar::new(text).map(Compiled::Grammar),
+            Spec::JsonObject => Ok(Compiled::JsonValue),
         }
     }
 }
@@ -177,7 +222,7 @@ fn not_yet(field: &str) -> Error {
 /// A compiled constraint over one vocabulary; see the module docs.
 #[derive(Debug)]
 pub struct Constraint {
-    dfa: Dfa,
+    engine: Engine,
     vocab: Arc<Vocabulary>,
     words: usize,
     /// One mask per automaton state, computed on first use.
@@ -185,13 +230,31 @@ pub struct Constraint {
     cached_bytes: AtomicUsize,
 }
 
+/// The engine behind a constraint.
+#[derive(Debug)]
+// One per request, built once: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum Engine {
+    Dfa(Dfa),
+    Grammar(grammar::engine::Index),
+    Json(json_value::Index),
+}
+
 impl Constraint {
     /// Binds an automaton to a vocabulary. Cheap: masks are computed lazily.
     pub fn new(dfa: Dfa, vocab: Arc<Vocabulary>) -> Self {
         let masks = (0..dfa.state_count()).map(|_| OnceLock::new()).collect();
+        Self::with_engine(Engine::Dfa(dfa), vocab, masks)
+    }
+
+    fn with_engine(
+        engine: Engine,
+        vocab: Arc<Vocabulary>,
+        masks: Vec<OnceLock<Box<[u32]>>>,
+    ) -> Self {
         let words = words_for(vocab.len());
         Constraint {
-            dfa,
+            engine,
             vocab,
             words,
             masks,
@@ -199,14 +262,61 @@ impl Constraint {
         }
     }
 
-    /// Compiles a request's constraint for a vocabulary.
-    pub fn from_spec(spec: &Spec, vocab: Arc<Vocabulary>) -> Result<Self> {
-        Ok(Self::new(spec.compile()?, vocab))
+    /// Binds any compiled constraint to a vocabulary. Cheap: masks are computed lazily.
+    pub fn from_compiled(compiled: Compiled, vocab: Arc<Vocabulary>) -> Self {
+        match compiled {
+            Compiled::Dfa(dfa) => Self::new(dfa, vocab),
+            Compiled::Grammar(g) => Self::with_engine(
+                Engine::Grammar(grammar::engine::Index::new(g, vocab.clone())),
+                vocab,
+                Vec::new(),
+            ),
+            Compiled::JsonValue => Self::with_engine(
+                Engine::Json(json_value::Index::new(vocab.clone())),
+                vocab,
+                Vec::new(),
+            ),
+        }
     }
 
-    /// The automaton.
-    pub fn dfa(&self) -> &Dfa {
-        &self.dfa
+    /// Compiles a request's constraint for a vocabulary.
+    pub fn from_spec(spec: &Spec, vocab: Arc<Vocabulary>) -> Result<Self> {
+        Ok(Self::from_compiled(spec.compile()?, vocab))
+    }
+
+    /// The automaton, for a DFA constraint (choice, regex, JSON Schema); `None` for the
+    /// pushdown engines.
+    pub fn dfa(&self) -> Option<&Dfa> {
+        match &self.engine {
+            Engine::Dfa(dfa) => Some(dfa),
+            _ => None,
+        }
+    }
+
+    /// The grammar, for a `guided_grammar` constraint.
+    pub fn grammar(&self) -> Option<&Grammar> {
+        match &self.engine {
+            Engine::Grammar(index) => Some(index.grammar()),
+            _ => None,
+        }
+    }
+
+    /// Number of automaton states: DFA states, grammar rule-DFA states, or JSON lexer states.
+    pub fn state_count(&self) -> usize {
+        match &self.engine {
+            Engine::Dfa(dfa) => dfa.state_count(),
+            Engine::Grammar(index) => index.grammar().state_count(),
+            Engine::Json(index) => index.state_count(),
+        }
+    }
+
+    /// Whether `bytes` as a whole satisfy the constraint.
+    pub fn matches(&self, bytes: &[u8]) -> bool {
+        match &self.engine {
+            Engine::Dfa(dfa) => dfa.matches(bytes),
+            Engine::Grammar(index) => index.grammar().matches(bytes),
+            Engine::Json(_) => Compiled::JsonValue.matches(bytes),
+        }
     }
 
     /// The vocabulary.
@@ -214,14 +324,19 @@ impl Constraint {
         &self.vocab
     }
 
-    /// Number of automaton states whose mask is cached so far.
+    /// Number of automaton states whose mask is cached so far (for a grammar, rule-DFA
+    /// states whose context-independent masks are cached).
     pub fn cached_states(&self) -> usize {
-        self.masks.iter().filter(|m| m.get().is_some()).count()
+        match &self.engine {
+            Engine::Dfa(_) => self.masks.iter().filter(|m| m.get().is_some()).count(),
+            Engine::Grammar(index) => index.cached().0,
+            Engine::Json(index) => index.cached(),
+        }
     }
 
     /// Fills `out` with the mask of automaton state `state` (not [`DEAD`]).
-    fn state_mask(&self, state: u32, out: &mut [u32]) {
-        let cell = &self.masks[self.dfa.index(state)];
+    fn state_mask(&self, dfa: &Dfa, state: u32, out: &mut [u32]) {
+        let cell = &self.masks[dfa.index(state)];
         if let Some(mask) = cell.get() {
             out.copy_from_slice(mask);
             return;
@@ -230,19 +345,18 @@ impl Constraint {
         if self.cached_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes <= MASK_CACHE_BYTES {
             let mask = cell.get_or_init(|| {
                 let mut m = vec![0u32; self.words].into_boxed_slice();
-                self.compute_mask(state, &mut m);
+                self.compute_mask(dfa, state, &mut m);
                 m
             });
             out.copy_from_slice(mask);
         } else {
             self.cached_bytes.fetch_sub(bytes, Ordering::Relaxed);
-            self.compute_mask(state, out);
+            self.compute_mask(dfa, state, out);
         }
     }
 
-    fn compute_mask(&self, state: u32, out: &mut [u32]) {
+    fn compute_mask(&self, dfa: &Dfa, state: u32, out: &mut [u32]) {
         out.fill(0);
-        let dfa = &self.dfa;
         self.vocab.trie().walk(
             state,
             DEAD,
@@ -260,21 +374,64 @@ impl Constraint {
 /// Marks the stack entry after an end-of-sequence token.
 const FINISHED: u32 = u32::MAX;
 
+/// Marks a text token of a pushdown engine on the matcher's stack (the parse itself keeps
+/// the engine's state).
+const PUSHDOWN: u32 = 0;
+
+/// What a token does, after the checks every engine shares.
+enum Verdict<'a> {
+    /// An end-of-sequence token ends an accepting output.
+    End,
+    /// The DFA state after a text token.
+    Dfa(u32),
+    /// A text token for a pushdown engine's parse: these bytes.
+    Text(&'a [u8]),
+}
+
+fn shown(vocab: &Vocabulary, t: TokenId) -> String {
+    format!("token {t} ({:?})", String::from_utf8_lossy(vocab.bytes(t)))
+}
+
+fn not_allowed(vocab: &Vocabulary, t: TokenId) -> Error {
+    Error::invalid_input(format!(
+        "{} is not allowed here: the output would no longer match the constraint",
+        shown(vocab, t)
+    ))
+}
+
 /// One sequence's position in a [`Constraint`]; see the module docs.
 #[derive(Debug, Clone)]
 pub struct Matcher {
     constraint: Arc<Constraint>,
-    /// The automaton state before any token, then after each accepted token.
+    /// The automaton state before any token, then after each accepted token (for the pushdown
+    /// engines, [`PUSHDOWN`] or [`FINISHED`]).
     states: Vec<u32>,
+    parse: Parse,
+}
+
+/// The per-sequence state of a pushdown engine.
+#[derive(Debug, Clone)]
+enum Parse {
+    None,
+    Grammar(grammar::engine::Parse),
+    Json(json_value::Parse),
 }
 
 impl Matcher {
     /// A matcher at the start of the output.
     pub fn new(constraint: Arc<Constraint>) -> Self {
-        let start = constraint.dfa.start();
+        let (start, parse) = match &constraint.engine {
+            Engine::Dfa(dfa) => (dfa.start(), Parse::None),
+            Engine::Grammar(index) => (
+                PUSHDOWN,
+                Parse::Grammar(grammar::engine::Parse::new(index.grammar())),
+            ),
+            Engine::Json(_) => (PUSHDOWN, Parse::Json(json_value::Parse::new())),
+        };
         Matcher {
             constraint,
             states: vec![start],
+            parse,
         }
     }
 
@@ -292,11 +449,21 @@ impl Matcher {
 
     /// Fills a caller-owned mask (`words_for(vocab.len())` words, bit `i` = token `i`) with the
     /// tokens allowed next. After the end-of-sequence token, no token is allowed.
+    ///
+    /// A grammar step that needs more than
+    /// [`MAX_GRAMMAR_STEP_WORK`](crate::limits::MAX_GRAMMAR_STEP_WORK) is a `limit_exceeded`
+    /// error that ends the request.
     pub fn fill_mask(&self, out: &mut [u32]) -> Result<()> {
         check_mask_len(out.len(), self.constraint.vocab.len())?;
-        match self.state() {
-            FINISHED => out.fill(0),
-            state => self.constraint.state_mask(state, out),
+        if self.state() == FINISHED {
+            out.fill(0);
+            return Ok(());
+        }
+        match (&self.constraint.engine, &self.parse) {
+            (Engine::Grammar(index), Parse::Grammar(p)) => index.fill(p, out)?,
+            (Engine::Json(index), Parse::Json(p)) => index.fill(p, out),
+            (Engine::Dfa(dfa), _) => self.constraint.state_mask(dfa, self.state(), out),
+            _ => unreachable!("a matcher's parse matches its engine"),
         }
         Ok(())
     }
@@ -310,12 +477,10 @@ impl Matcher {
         TokenMask::from_words(words, n).expect("the mask has the vocabulary's length")
     }
 
-    /// Whether `token` is allowed next (the state after it, when it is a text token).
-    fn check(&self, token: TokenId) -> Result<Option<u32>> {
+    /// The common checks of `token`: the next DFA state, the end of the output, or (for the
+    /// pushdown engines) the bytes their parse must accept.
+    fn check(&self, token: TokenId) -> Result<Verdict<'_>> {
         let vocab = &self.constraint.vocab;
-        let dfa = &self.constraint.dfa;
-        let shown =
-            |t: TokenId| format!("token {t} ({:?})", String::from_utf8_lossy(vocab.bytes(t)));
         if token as usize >= vocab.len() {
             return Err(Error::invalid_input(format!(
                 "token {token} is outside the vocabulary of {} tokens",
@@ -326,50 +491,93 @@ impl Matcher {
         if state == FINISHED {
             return Err(Error::invalid_input(format!(
                 "{} is not allowed: the output already ended with an end-of-sequence token",
-                shown(token)
+                shown(vocab, token)
             )));
         }
         if vocab.is_eos(token) {
-            if dfa.is_accepting(state) {
-                return Ok(None);
+            if self.is_accepting() {
+                return Ok(Verdict::End);
             }
             return Err(Error::invalid_input(format!(
                 "end-of-sequence {} is not allowed: the output so far does not complete the constraint",
-                shown(token)
+                shown(vocab, token)
             )));
         }
         if !vocab.is_text(token) {
             return Err(Error::invalid_input(format!(
                 "{} is a special token, never allowed in constrained output",
-                shown(token)
+                shown(vocab, token)
             )));
         }
-        match dfa.walk(state, vocab.bytes(token)) {
-            DEAD => Err(Error::invalid_input(format!(
-                "{} is not allowed here: the output would no longer match the constraint",
-                shown(token)
-            ))),
-            next => Ok(Some(next)),
+        let bytes = vocab.bytes(token);
+        match &self.constraint.engine {
+            Engine::Dfa(dfa) => match dfa.walk(state, bytes) {
+                DEAD => Err(not_allowed(vocab, token)),
+                next => Ok(Verdict::Dfa(next)),
+            },
+            _ => Ok(Verdict::Text(bytes)),
         }
     }
 
     /// Whether `token` is allowed next (the same answer as its bit in the mask).
     pub fn is_allowed(&self, token: TokenId) -> bool {
-        self.check(token).is_ok()
+        match self.check(token) {
+            Ok(Verdict::Text(bytes)) => match (&self.constraint.engine, &self.parse) {
+                (Engine::Grammar(index), Parse::Grammar(p)) => {
+                    let mut work = grammar::engine::Work::new(MAX_GRAMMAR_STEP_WORK);
+                    matches!(p.accepts(index.grammar(), bytes, &mut work), Ok(true))
+                }
+                (_, Parse::Json(p)) => p.accepts(bytes),
+                _ => false,
+            },
+            Ok(_) => true,
+            Err(_) => false,
+        }
     }
 
     /// Advances by `token`. A disallowed token is an error and leaves the matcher unchanged.
+    ///
+    /// A grammar step that needs more than
+    /// [`MAX_GRAMMAR_STEP_WORK`](crate::limits::MAX_GRAMMAR_STEP_WORK) is a `limit_exceeded`
+    /// error that ends the request.
     pub fn advance(&mut self, token: TokenId) -> Result<()> {
-        let next = self.check(token)?;
-        self.states.push(next.unwrap_or(FINISHED));
+        let next = match self.check(token)? {
+            Verdict::End => FINISHED,
+            Verdict::Dfa(next) => next,
+            Verdict::Text(_) => {
+                let vocab = self.constraint.vocab.clone();
+                let bytes = vocab.bytes(token);
+                let alive = match (&self.constraint.engine, &mut self.parse) {
+                    (Engine::Grammar(index), Parse::Grammar(p)) => {
+                        let mut work = grammar::engine::Work::new(MAX_GRAMMAR_STEP_WORK);
+                        let heads = p.heads().len();
+                        p.advance(index.grammar(), bytes, &mut work).map_err(|_| {
+                            grammar::engine::out_of_work("advance by one token", heads)
+                        })?
+                    }
+                    (_, Parse::Json(p)) => p.advance(bytes),
+                    _ => false,
+                };
+                if !alive {
+                    return Err(not_allowed(&vocab, token));
+                }
+                PUSHDOWN
+            }
+        };
+        self.states.push(next);
         Ok(())
     }
 
     /// Whether the output so far is complete, i.e. an end-of-sequence token is allowed now.
     pub fn is_accepting(&self) -> bool {
-        match self.state() {
-            FINISHED => false,
-            state => self.constraint.dfa.is_accepting(state),
+        if self.state() == FINISHED {
+            return false;
+        }
+        match (&self.constraint.engine, &self.parse) {
+            (Engine::Dfa(dfa), _) => dfa.is_accepting(self.state()),
+            (_, Parse::Grammar(p)) => p.is_accepting(),
+            (_, Parse::Json(p)) => p.is_accepting(),
+            _ => false,
         }
     }
 
@@ -391,25 +599,41 @@ impl Matcher {
                 self.token_count()
             )));
         }
+        let undone = &self.states[self.states.len() - k..];
+        let text = undone.iter().filter(|&&s| s != FINISHED).count();
+        match &mut self.parse {
+            Parse::None => {}
+            Parse::Grammar(p) => p.rollback(text),
+            Parse::Json(p) => p.rollback(text),
+        }
         self.states.truncate(self.states.len() - k);
         Ok(())
     }
 
     /// Back to the start of the output.
     pub fn reset(&mut self) {
-        self.states.truncate(1);
+        self.rollback(self.token_count())
+            .expect("every accepted token can be rolled back");
     }
 
     /// The bytes that must come next, whatever tokens produce them: the longest run of bytes
     /// each of which is the only one that keeps the output alive, stopping where the output
     /// could end. Empty when the next byte is not forced.
     pub fn forced_bytes(&self) -> Vec<u8> {
-        let dfa = &self.constraint.dfa;
         let mut out = Vec::new();
         let mut state = self.state();
         if state == FINISHED {
             return out;
         }
+        let dfa = match (&self.constraint.engine, &self.parse) {
+            (Engine::Dfa(dfa), _) => dfa,
+            // A grammar's forced run is bounded by this many bytes.
+            (Engine::Grammar(index), Parse::Grammar(p)) => {
+                return p.forced_bytes(index.grammar(), 1024)
+            }
+            (_, Parse::Json(p)) => return p.forced_bytes(),
+            _ => return out,
+        };
         // Each forced byte moves to a state that can still reach a match, so a forced run
         // cannot loop; the state count bounds it anyway.
         while let Some(b) = dfa.forced_byte(state) {

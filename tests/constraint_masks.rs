@@ -43,7 +43,11 @@ fn mask_bit_is_set_iff_the_token_keeps_the_matcher_alive() {
     let n = s.vocab.len() as TokenId;
     for pattern in PATTERNS {
         let start = matcher(pattern, &s.vocab);
-        let dfa = start.constraint().dfa().clone();
+        let dfa = start
+            .constraint()
+            .dfa()
+            .expect("a regex constraint")
+            .clone();
         // Breadth-first over matchers, one per distinct automaton state reached.
         let mut seen = HashSet::new();
         let mut queue = VecDeque::from([(start, Vec::<u8>::new())]);
@@ -189,7 +193,7 @@ fn drawn_strings_are_accepted_under_several_tokenizations() {
     let mut rng = Rng::new(2);
     for pattern in PATTERNS {
         let mut m = matcher(pattern, &s.vocab);
-        let dfa = m.constraint().dfa().clone();
+        let dfa = m.constraint().dfa().expect("a regex constraint").clone();
         for _ in 0..40 {
             let text = draw(&dfa, &mut rng, 16);
             let shown = format!("{pattern} / {:?}", String::from_utf8_lossy(&text));

@@ -220,7 +220,11 @@ fn check(body: &[u8]) -> (String, bool) {
 fn request_spec(body: &[u8]) -> Result<Spec, Failure> {
     let spec = Spec::from_request(&parse_request(body)?)?;
     spec.ok_or_else(|| {
-        Failure::Usage("the request carries no constraint (guided_choice or guided_regex)".into())
+        Failure::Usage(
+            "the request carries no constraint (guided_choice, guided_regex, guided_grammar, \
+             guided_json or response_format)"
+                .into(),
+        )
     })
 }
 
@@ -271,17 +275,22 @@ fn walk(
     let mut matcher = Matcher::new(constraint.clone());
     let mut mask = vec![0u32; words_for(vocab.len())];
     let (mut lines, mut times) = (Vec::new(), Vec::new());
+    // A mask can fail only by a work limit (a grammar too ambiguous), which ends the walk.
     let mut timed_fill = |matcher: &Matcher, mask: &mut [u32]| {
         let t0 = Instant::now();
-        matcher
-            .fill_mask(mask)
-            .expect("the mask has the vocabulary's length");
+        let filled = matcher.fill_mask(mask);
         let us = t0.elapsed().as_secs_f64() * 1e6;
         times.push(us);
-        (us * 1000.0).round() / 1000.0
+        filled.map(|()| (us * 1000.0).round() / 1000.0)
     };
     for (step, &token) in tokens.iter().enumerate() {
-        let mask_us = timed_fill(&matcher, &mut mask);
+        let mask_us = match timed_fill(&matcher, &mut mask) {
+            Ok(us) => us,
+            Err(e) => {
+                lines.push(json!({"step": step, "error": e.message(), "code": e.code()}));
+                return (lines, times, false);
+            }
+        };
         let allowed = is_set(&mask, token);
         let mut line = json!({
             "step": step,
@@ -299,10 +308,19 @@ fn walk(
             return (lines, times, false);
         }
         lines.push(line);
-        matcher.advance(token).expect("an allowed token advances");
+        if let Err(e) = matcher.advance(token) {
+            lines.push(json!({"step": step, "error": e.message(), "code": e.code()}));
+            return (lines, times, false);
+        }
     }
     // The final step, where an end-of-sequence token is allowed exactly when accepting.
-    let mask_us = timed_fill(&matcher, &mut mask);
+    let mask_us = match timed_fill(&matcher, &mut mask) {
+        Ok(us) => us,
+        Err(e) => {
+            lines.push(json!({"step": tokens.len(), "error": e.message(), "code": e.code()}));
+            return (lines, times, false);
+        }
+    };
     let accepting = matcher.is_accepting();
     let mut line = json!({
         "step": tokens.len(),
@@ -343,7 +361,7 @@ fn trace(
         "summary": true,
         "kind": spec.kind(),
         "tokens": tokens.len(),
-        "states": constraint.dfa().state_count(),
+        "states": constraint.state_count(),
         "compile_ms": (compile_ms * 1000.0).round() / 1000.0,
         "cold": stats(&cold),
         "warm": stats(&warm),
@@ -384,10 +402,12 @@ fn sample(constraint: &Arc<Constraint>, n: u64, seed: u64, max_tokens: usize) ->
         let mut matcher = Matcher::new(constraint.clone());
         let mut text = Vec::new();
         let mut complete = false;
+        let mut error = None;
         for _ in 0..max_tokens {
-            matcher
-                .fill_mask(&mut mask)
-                .expect("the mask has the vocabulary's length");
+            if let Err(e) = matcher.fill_mask(&mut mask) {
+                error = Some(e);
+                break;
+            }
             let text_tokens: Vec<TokenId> = allowed_ids(&mask)
                 .into_iter()
                 .filter(|&t| !vocab.is_eos(t))
@@ -402,14 +422,22 @@ fn sample(constraint: &Arc<Constraint>, n: u64, seed: u64, max_tokens: usize) ->
                 break;
             }
             let t = text_tokens[rng.below(text_tokens.len())];
-            matcher.advance(t).expect("a token from the mask advances");
+            if let Err(e) = matcher.advance(t) {
+                error = Some(e);
+                break;
+            }
             text.extend_from_slice(vocab.bytes(t));
         }
-        out.push(json!({
+        let mut line = json!({
             "text": String::from_utf8_lossy(&text),
             "complete": complete,
             "tokens": matcher.token_count(),
-        }));
+        });
+        if let Some(e) = error {
+            line["error"] = json!(e.message());
+            line["code"] = json!(e.code());
+        }
+        out.push(line);
     }
     out
 }
@@ -500,6 +528,66 @@ mod tests {
             }
         }
         assert!(complete > 0);
+    }
+
+    #[test]
+    fn grammar_and_json_object_check_trace_and_sample() {
+        assert_eq!(
+            check_str(r#"{"guided_grammar":"root ::= \"(\" root \")\" | \"x\""}"#),
+            (r#"{"ok":true,"kind":"grammar"}"#.into(), true)
+        );
+        assert_eq!(
+            check_str(r#"{"response_format":{"type":"json_object"}}"#).0,
+            r#"{"ok":true,"kind":"json_object"}"#
+        );
+        let (out, ok) = check_str(r#"{"guided_grammar":"root ::= x"}"#);
+        assert!(!ok);
+        assert_eq!(
+            out,
+            r#"{"error":{"message":"guided_grammar line 1, column 10: undefined rule `x` (in `root ::= x`)","type":"invalid_request_error","param":"guided_grammar","code":"invalid_input"}}"#
+        );
+        let spec = Spec::Grammar("root ::= \"(\" root \")\" | [0-9]+".into());
+        let (lines, ok) = trace(&spec, vocab(), b"((2024))", false).unwrap();
+        assert!(ok, "{lines:?}");
+        assert_eq!(lines.last().unwrap()["kind"], "grammar");
+        let (_, ok) = trace(&spec, vocab(), b"((2024)", false).unwrap();
+        assert!(!ok);
+        let c = Arc::new(Constraint::from_spec(&spec, vocab()).unwrap());
+        let g = c.grammar().unwrap().clone();
+        let mut complete = 0;
+        for line in sample(&c, 30, 3, 24) {
+            if line["complete"] == true {
+                complete += 1;
+                assert!(
+                    g.matches(line["text"].as_str().unwrap().as_bytes()),
+                    "{line}"
+                );
+            }
+        }
+        assert!(complete > 0);
+        let (lines, ok) = trace(&Spec::JsonObject, vocab(), b"[1, 20, 2024]", false).unwrap();
+        assert!(ok, "{lines:?}");
+        assert_eq!(lines.last().unwrap()["kind"], "json_object");
+    }
+
+    #[test]
+    fn a_grammar_over_the_work_limit_ends_the_walk_with_its_error() {
+        // Parses double with every `a`; the step that needs too much work is reported.
+        let spec = Spec::Grammar(
+            "root ::= t\nt ::= u \"b\" | v \"c\" | \"x\"\nu ::= \"a\" t\nv ::= \"a\" t".into(),
+        );
+        let (lines, ok) = trace(&spec, vocab(), "a".repeat(40).as_bytes(), false).unwrap();
+        assert!(!ok);
+        let last = lines
+            .iter()
+            .rev()
+            .find(|l| l.get("code").is_some())
+            .unwrap();
+        assert_eq!(last["code"], "limit_exceeded");
+        assert!(
+            last["error"].as_str().unwrap().contains("work limit"),
+            "{last}"
+        );
     }
 
     #[test]
