@@ -16,7 +16,7 @@
 //!    ([`Grammar::expansions`]), so stepping a frame by a byte never searches the grammar.
 
 use super::parse::{Ast, Expr};
-use super::{BitSet256, Expansion, Grammar, GrammarError, NONE};
+use super::{BitSet256, Expansion, Grammar, GrammarError, NONE, SLOW};
 use crate::limits::GRAMMAR_AUTOMATON_BYTES;
 use regex_syntax::utf8::Utf8Sequences;
 use std::collections::HashMap;
@@ -421,6 +421,40 @@ pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
         calls[s].retain(|&(callee, ret)| productive[callee as usize] && live[ret as usize]);
     }
 
+    // Merge equivalent states (subset construction leaves duplicates: a loop's state after
+    // its first iteration and after the next ones), so each position's masks are computed
+    // once.
+    let class = minimize(&trans, &accepting, &rule_of, &calls, stride);
+    let n_classes = class.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
+    let mut rep = vec![usize::MAX; n_classes];
+    for (s, &c) in class.iter().enumerate() {
+        if rep[c as usize] == usize::MAX {
+            rep[c as usize] = s;
+        }
+    }
+    let remap = |t: u32| if t == NONE { NONE } else { class[t as usize] };
+    let mut m_trans = Vec::with_capacity(n_classes * stride);
+    let (mut m_acc, mut m_rule, mut m_calls) = (Vec::new(), Vec::new(), Vec::new());
+    for &s in &rep {
+        m_trans.extend(
+            trans[s * stride..(s + 1) * stride]
+                .iter()
+                .map(|&t| remap(t)),
+        );
+        m_acc.push(accepting[s]);
+        m_rule.push(rule_of[s]);
+        m_calls.push(
+            calls[s]
+                .iter()
+                .map(|&(callee, ret)| (callee, remap(ret)))
+                .collect::<Vec<_>>(),
+        );
+    }
+    let (trans, accepting, rule_of, calls) = (m_trans, m_acc, m_rule, m_calls);
+    let call_start: Vec<u32> = call_start.iter().map(|&s| remap(s)).collect();
+    let entry = remap(entry);
+    let n = accepting.len();
+
     // Left recursion: a rule that can call itself before consuming a byte.
     check_left_recursion(ast, &call_start, &calls)?;
 
@@ -428,6 +462,7 @@ pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
         names: ast.rules.iter().map(|r| r.name.clone()).collect(),
         classes,
         stride,
+        fast: Vec::new(),
         trans,
         accepting,
         rule_of,
@@ -465,6 +500,14 @@ pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
         }
         g.first[s] = set;
         g.call_first[s] = calls;
+    }
+    g.fast = g.trans.clone();
+    for s in 0..n {
+        for b in 0..=255u8 {
+            if g.call_first[s].contains(b) {
+                g.fast[s * g.stride + usize::from(g.classes[usize::from(b)])] = SLOW;
+            }
+        }
     }
     // FOLLOW: the bytes that can come right after rule R completes, in any context.
     loop {
@@ -513,6 +556,66 @@ impl Seen {
             *m = self.generation;
             true
         }
+    }
+}
+
+/// Moore's partition refinement: states are equivalent when they belong to the same rule,
+/// agree on accepting, and their transitions and calls (callee, return state) lead to
+/// equivalent states. Returns each state's class, numbered in order of first appearance.
+fn minimize(
+    trans: &[u32],
+    accepting: &[bool],
+    rule_of: &[u32],
+    calls: &[Vec<(u32, u32)>],
+    stride: usize,
+) -> Vec<u32> {
+    let n = accepting.len();
+    let number = |keys: Vec<Vec<u32>>| -> (Vec<u32>, usize) {
+        let mut ids: HashMap<Vec<u32>, u32> = HashMap::new();
+        let class: Vec<u32> = keys
+            .into_iter()
+            .map(|k| {
+                let next = ids.len() as u32;
+                *ids.entry(k).or_insert(next)
+            })
+            .collect();
+        (class, ids.len())
+    };
+    let (mut class, mut count) = number(
+        (0..n)
+            .map(|s| {
+                let mut k = vec![rule_of[s], u32::from(accepting[s])];
+                k.extend(calls[s].iter().map(|&(callee, _)| callee));
+                k
+            })
+            .collect(),
+    );
+    loop {
+        let keys = (0..n)
+            .map(|s| {
+                let mut k = vec![class[s]];
+                k.extend(trans[s * stride..(s + 1) * stride].iter().map(|&t| {
+                    if t == NONE {
+                        NONE
+                    } else {
+                        class[t as usize]
+                    }
+                }));
+                let mut c: Vec<(u32, u32)> = calls[s]
+                    .iter()
+                    .map(|&(callee, ret)| (callee, class[ret as usize]))
+                    .collect();
+                c.sort_unstable();
+                k.extend(c.into_iter().flat_map(|(a, b)| [a, b]));
+                k
+            })
+            .collect();
+        let (next, next_count) = number(keys);
+        class = next;
+        if next_count == count {
+            return class;
+        }
+        count = next_count;
     }
 }
 

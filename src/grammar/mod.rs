@@ -53,6 +53,8 @@ use crate::limits::MAX_GRAMMAR_BYTES;
 
 /// No transition / no entry.
 pub(crate) const NONE: u32 = u32::MAX;
+/// In [`Grammar::fast`]: the byte may enter a call, take the slow path.
+pub(crate) const SLOW: u32 = u32::MAX - 1;
 
 /// A set of bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -192,6 +194,9 @@ pub struct Grammar {
     pub(crate) stride: usize,
     /// `trans[state * stride + class]`: the next state within the rule, or [`NONE`].
     pub(crate) trans: Vec<u32>,
+    /// `trans`, except [`SLOW`] where the byte can also enter a call: a trie walk steps a
+    /// frame with one lookup here unless the frame below could take the byte.
+    pub(crate) fast: Vec<u32>,
     pub(crate) accepting: Vec<bool>,
     pub(crate) rule_of: Vec<u32>,
     /// Calls of state `s`: `call_edges[call_off[s]..call_off[s + 1]]`, (rule, return state).
@@ -252,7 +257,7 @@ impl Grammar {
 
     /// Heap bytes of the automaton's tables.
     pub fn memory_usage(&self) -> usize {
-        self.trans.len() * 4
+        self.trans.len() * 8
             + self.accepting.len() * (1 + 4 + 4 + 4 + 64)
             + self.call_edges.len() * 8
             + self.exp_ranges.len() * 8
