@@ -19,7 +19,8 @@
 //! where a token closes such a container and goes on; a mask is then a copy of the first set
 //! plus short walks below those nodes with the real stack (`"}` then `,` or `]`). The
 //! whitespace bound only cuts tokens whose leading whitespace is too long, so it is applied
-//! to the copy from a per-vocabulary list instead of multiplying the states.
+//! to the copy (by a walk down the all-whitespace trie paths) instead of multiplying the
+//! states.
 
 use crate::limits::{MASK_CACHE_BYTES, MAX_JSON_WHITESPACE};
 use crate::vocab::{TokenId, Vocabulary};
@@ -496,8 +497,6 @@ pub(crate) struct Index {
     vocab: Arc<Vocabulary>,
     words: usize,
     states: Vec<OnceLock<Arc<StateMasks>>>,
-    /// Text tokens that start with whitespace, by the length of that run, longest first.
-    leading_ws: Vec<(u8, TokenId)>,
     cached_bytes: AtomicUsize,
 }
 
@@ -508,33 +507,10 @@ fn set_bit(out: &mut [u32], t: TokenId) {
 
 impl Index {
     pub(crate) fn new(vocab: Arc<Vocabulary>) -> Self {
-        // Only the subtrees of the whitespace bytes hold tokens that start with whitespace.
-        let trie = vocab.trie();
-        let mut leading_ws = Vec::new();
-        let mut run = vec![0usize; trie.max_depth() + 1];
-        let mut i = 0;
-        while i < trie.node_len() {
-            let (b, d, next) = trie.node(i);
-            if d == 1 && !is_ws(b) {
-                i = next;
-                continue;
-            }
-            run[d] = if run[d - 1] == d - 1 && is_ws(b) {
-                d
-            } else {
-                run[d - 1]
-            };
-            for &t in trie.tokens(i) {
-                leading_ws.push((run[d].min(255) as u8, t));
-            }
-            i += 1;
-        }
-        leading_ws.sort_unstable_by(|a, b| b.cmp(a));
         Index {
             words: crate::mask::words_for(vocab.len()),
             vocab,
             states: (0..STATES).map(|_| OnceLock::new()).collect(),
-            leading_ws,
             cached_bytes: AtomicUsize::new(0),
         }
     }
@@ -671,13 +647,26 @@ impl Index {
             }
         }
         // The whitespace bound: cut tokens whose leading run does not fit after `parse.ws`.
+        // They are the subtrees below the all-whitespace trie paths one byte longer than the
+        // room left, usually none (a run of 60 spaces is not a token).
         if parse.ws > 0 {
             let room = MAX_JSON_WHITESPACE - usize::from(parse.ws);
-            for &(run, t) in &self.leading_ws {
-                if usize::from(run) <= room {
-                    break;
+            let trie = self.vocab.trie();
+            let mut i = 0;
+            while i < trie.node_len() {
+                let (b, d, next) = trie.node(i);
+                if !is_ws(b) {
+                    i = next;
+                } else if d > room {
+                    for j in i..next {
+                        for &t in trie.tokens(j) {
+                            out[t as usize / 32] &= !(1 << (t % 32));
+                        }
+                    }
+                    i = next;
+                } else {
+                    i += 1;
                 }
-                out[t as usize / 32] &= !(1 << (t % 32));
             }
         }
         if accepting(parse.st) {
