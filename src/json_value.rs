@@ -497,7 +497,55 @@ pub(crate) struct Index {
     vocab: Arc<Vocabulary>,
     words: usize,
     states: Vec<OnceLock<Arc<StateMasks>>>,
+    content: Content,
     cached_bytes: AtomicUsize,
+}
+
+/// What every string state at its start position shares: the tokens that stay inside a string
+/// (or end with its closing quote), and the trie nodes of closing quotes that have children.
+/// Walked once when the constraint is made (the one walk over nearly the whole vocabulary
+/// that json_object needs), so a key string and a value string in an array each cost a few
+/// short walks after `"` instead of another full walk.
+#[derive(Debug)]
+struct Content {
+    free: Box<[u32]>,
+    quotes: Box<[u32]>,
+}
+
+/// The string content walk: a plain table walk over the string positions (the container
+/// kind plays no part inside a string).
+fn content_walk(vocab: &Vocabulary, words: usize) -> Content {
+    let trie = vocab.trie();
+    let table = table();
+    let mut free = vec![0u32; words];
+    let mut quotes = Vec::new();
+    let in_string = |st: u8| (M_STR..M_STR + STR_SUBS).contains(&(st / 3));
+    let mut cur = vec![state(M_STR + S_NORMAL, TOP); trie.max_depth() + 1];
+    let mut i = 0;
+    while i < trie.node_len() {
+        let (byte, d, next) = trie.node(i);
+        let m = table[usize::from(cur[d - 1]) * 256 + usize::from(byte)];
+        if m.kind() != K_NEXT {
+            i = next;
+            continue;
+        }
+        for &t in trie.tokens(i) {
+            set_bit(&mut free, t);
+        }
+        if in_string(m.to()) {
+            cur[d] = m.to();
+            i += 1;
+        } else {
+            if i + 1 < next {
+                quotes.push(i as u32);
+            }
+            i = next;
+        }
+    }
+    Content {
+        free: free.into_boxed_slice(),
+        quotes: quotes.into_boxed_slice(),
+    }
 }
 
 #[inline]
@@ -507,10 +555,13 @@ fn set_bit(out: &mut [u32], t: TokenId) {
 
 impl Index {
     pub(crate) fn new(vocab: Arc<Vocabulary>) -> Self {
+        let words = crate::mask::words_for(vocab.len());
+        let content = content_walk(&vocab, words);
         Index {
-            words: crate::mask::words_for(vocab.len()),
+            words,
             vocab,
             states: (0..STATES).map(|_| OnceLock::new()).collect(),
+            content,
             cached_bytes: AtomicUsize::new(0),
         }
     }
@@ -540,26 +591,52 @@ impl Index {
         m
     }
 
-    /// One trie walk from state `st` with no whitespace before and an unknown stack.
+    /// One trie walk from state `st` with no whitespace before and an unknown stack; a
+    /// string state at its start position reuses the content walk and only walks on after
+    /// each closing quote.
     fn compute_state(&self, st: u8) -> StateMasks {
-        let trie = self.vocab.trie();
-        let mut free = vec![0u32; self.words];
+        let mode = st / 3;
         let mut exits = Vec::new();
+        let start = |st| Cursor {
+            st,
+            ws: 0,
+            real: 0,
+            local: NO_LOCAL,
+        };
+        if mode == M_STR + S_NORMAL || mode == M_STR + STR_SUBS + S_NORMAL {
+            let mut free = self.content.free.to_vec();
+            let after = table()[usize::from(st) * 256 + usize::from(b'"')].to();
+            for &q in self.content.quotes.iter() {
+                self.walk(Some(q as usize), start(after), &mut free, &mut exits);
+            }
+            return StateMasks {
+                free: free.into_boxed_slice(),
+                exits: exits.into_boxed_slice(),
+            };
+        }
+        let mut free = vec![0u32; self.words];
+        self.walk(None, start(st), &mut free, &mut exits);
+        StateMasks {
+            free: free.into_boxed_slice(),
+            exits: exits.into_boxed_slice(),
+        }
+    }
+
+    /// The walk below `root` (the whole trie when `None`) from `start` over an unknown stack:
+    /// marks in `free` the tokens that need nothing from the stack, and records in `exits`
+    /// the nodes where a token closes a container opened before it and goes on.
+    fn walk(&self, root: Option<usize>, start: Cursor, free: &mut [u32], exits: &mut Vec<u32>) {
+        let trie = self.vocab.trie();
         let mut local = Local::new();
-        let mut cur = vec![
-            (
-                Cursor {
-                    st,
-                    ws: 0,
-                    real: 0,
-                    local: NO_LOCAL
-                },
-                0usize
-            );
-            trie.max_depth() + 1
-        ];
-        let end = trie.node_len();
-        let mut i = 0;
+        let mut cur = vec![(start, 0usize); trie.max_depth() + 1];
+        let (mut i, end) = match root {
+            Some(n) => {
+                let (_, d, next) = trie.node(n);
+                cur[d] = (start, 0);
+                (n + 1, next)
+            }
+            None => (0, trie.node_len()),
+        };
         while i < end {
             let (byte, d, next) = trie.node(i);
             let (c, mark) = cur[d - 1];
@@ -567,7 +644,7 @@ impl Index {
             match step(c, byte, &[], &mut local) {
                 Stepped::Alive(n) => {
                     for &t in trie.tokens(i) {
-                        set_bit(&mut free, t);
+                        set_bit(free, t);
                     }
                     cur[d] = (n, local.len());
                     i += 1;
@@ -577,7 +654,7 @@ impl Index {
                     // The closer itself is fine (it matched the innermost container); what
                     // follows depends on the container below, known only at run time.
                     for &t in trie.tokens(i) {
-                        set_bit(&mut free, t);
+                        set_bit(free, t);
                     }
                     if i + 1 < next
                         && trie.any_child(i, |b| is_ws(b) || matches!(b, b',' | b'}' | b']'))
@@ -587,10 +664,6 @@ impl Index {
                     i = next;
                 }
             }
-        }
-        StateMasks {
-            free: free.into_boxed_slice(),
-            exits: exits.into_boxed_slice(),
         }
     }
 
