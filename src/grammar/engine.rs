@@ -483,6 +483,8 @@ pub(crate) struct Index {
     states: Vec<OnceLock<Arc<StateMasks>>>,
     /// Whole masks by the sorted stack hashes of a parse state.
     full: Mutex<MaskCache>,
+    /// Masks of a lone frame below a depth-1 trie node, by (state, node).
+    below: Mutex<HashMap<(u32, u32), Arc<StateMasks>>>,
     cached_bytes: AtomicUsize,
 }
 
@@ -503,6 +505,7 @@ impl Index {
             words,
             states,
             full: Mutex::new(HashMap::new()),
+            below: Mutex::new(HashMap::new()),
             cached_bytes: AtomicUsize::new(0),
         }
     }
@@ -533,23 +536,49 @@ impl Index {
         if let Some(m) = cell.get() {
             return Ok(m.clone());
         }
-        let m = Arc::new(self.compute_state(s)?);
+        let m = Arc::new(self.compute_at(s, None)?);
         if self.reserve(m.bytes()) {
             let _ = cell.set(m.clone());
         }
         Ok(m)
     }
 
-    /// `A(s)` and the exit nodes of `s`: the tokens a lone frame of `s` over an unknown caller
-    /// can consume without returning, and the trie nodes after which it can return with the
-    /// token going on.
+    /// The masks of a lone frame of `s` after the bytes of trie node `node` (at depth 1) were
+    /// consumed by whatever came before: shared by every state that reaches `s` on that byte.
+    fn masks_below(&self, s: u32, node: usize) -> Result<Arc<StateMasks>> {
+        let key = (s, node as u32);
+        if let Some(m) = self
+            .below
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(m.clone());
+        }
+        let m = Arc::new(self.compute_at(s, Some(node))?);
+        if self.reserve(m.bytes() + 32) {
+            self.below
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, m.clone());
+        }
+        Ok(m)
+    }
+
+    /// `A(s)` and the exit nodes of `s` (below `root` when given, a depth-1 trie node): the
+    /// tokens a lone frame of `s` over an unknown caller can consume without returning, and
+    /// the trie nodes after which it can return with the token going on.
     ///
-    /// The first byte either moves within `s`'s rule (one trie walk over those subtrees) or
-    /// enters a called rule `R`. For a call, `A(start of R)` is reused as is (it is cached and
-    /// shared by every caller of `R`), and only the subtrees after `R` can complete are walked
-    /// again, from `R`'s return state: so a state that expects an expression costs one OR and
-    /// a few short walks once the expression's start is known, not a walk of the whole trie.
-    fn compute_state(&self, s: u32) -> Result<StateMasks> {
+    /// The first byte either moves within `s`'s rule or enters a called rule `R`. For a call,
+    /// the masks of `R`'s start are reused as they are (cached and shared by every caller of
+    /// `R`), and only the subtrees after `R` can complete are walked again, from `R`'s return
+    /// state. For a move within the rule to `s'` on a first byte with a large subtree, the
+    /// subtree's masks are those of `s'` below that node, cached too: after ` ` in
+    /// `"=" ws expr` they are `expr`'s below ` `, walked once for every position that calls
+    /// `expr` after whitespace, and an identifier's first and later letters share theirs.
+    fn compute_at(&self, s: u32, root: Option<usize>) -> Result<StateMasks> {
+        /// Subtrees at least this big (trie nodes) below a first byte are cached.
+        const SHARED_SUBTREE: usize = 2048;
         let g = &self.grammar;
         let trie = self.vocab.trie();
         // A walk visits each trie node at most once per head; the budget scales with the trie.
@@ -559,21 +588,37 @@ impl Index {
         let mut accepted = vec![0u32; self.words];
         let mut exits = Vec::new();
         let mut walker = Walker::new(trie.max_depth());
+        let or = |acc: &mut [u32], m: &StateMasks| {
+            for (o, a) in acc.iter_mut().zip(m.accepted.iter()) {
+                *o |= *a;
+            }
+        };
+        let lone = |walker: &mut Walker, state: u32| {
+            walker.temp.clear();
+            Frames {
+                base: &[],
+                temp: &mut walker.temp,
+                seen: HashSet::new(),
+            }
+            .make(g, state, CTX)
+        };
+        if let Some(n) = root {
+            // The frame itself may complete right after the node.
+            if g.accepting[s as usize] && trie.any_child(n, |b| follow.contains(b)) {
+                exits.push(n as u32);
+            }
+        }
         let (ca, cz) = (g.call_off[s as usize], g.call_off[s as usize + 1]);
         for k in ca as usize..cz as usize {
             let (callee, ret) = g.call_edges[k];
-            let m = self.state_masks(g.call_start[callee as usize])?;
-            for (o, a) in accepted.iter_mut().zip(m.accepted.iter()) {
-                *o |= *a;
-            }
+            let start = g.call_start[callee as usize];
+            let m = match root {
+                None => self.state_masks(start)?,
+                Some(n) => self.masks_below(start, n)?,
+            };
+            or(&mut accepted, &m);
             for &n in m.exits.iter() {
-                walker.temp.clear();
-                let mut fr = Frames {
-                    base: &[],
-                    temp: &mut walker.temp,
-                    seen: HashSet::new(),
-                };
-                let head = fr.make(g, ret, CTX);
+                let head = lone(&mut walker, ret);
                 walker
                     .walk(
                         g,
@@ -589,26 +634,60 @@ impl Index {
                     .map_err(oow)?;
             }
         }
-        walker.temp.clear();
-        let head = Frames {
-            base: &[],
-            temp: &mut walker.temp,
-            seen: HashSet::new(),
+        match root {
+            Some(n) => {
+                let head = lone(&mut walker, s);
+                walker
+                    .walk(
+                        g,
+                        trie,
+                        &[],
+                        Some(n),
+                        &[head],
+                        Some(s),
+                        &mut accepted,
+                        Some((&follow, &mut exits)),
+                        &mut work,
+                    )
+                    .map_err(oow)?;
+            }
+            None => {
+                // The first bytes that move within the rule, each with its subtree.
+                let mut i = 0;
+                while i < trie.node_len() {
+                    let (byte, _, next) = trie.node(i);
+                    let c = usize::from(g.classes[usize::from(byte)]);
+                    let n = g.trans[s as usize * g.stride + c];
+                    if n != NONE {
+                        work.tick(1).map_err(oow)?;
+                        for &t in trie.tokens(i) {
+                            set_bit(&mut accepted, t);
+                        }
+                        if next - i > SHARED_SUBTREE {
+                            let m = self.masks_below(n, i)?;
+                            or(&mut accepted, &m);
+                            exits.extend_from_slice(&m.exits);
+                        } else if i + 1 < next {
+                            let head = lone(&mut walker, n);
+                            walker
+                                .walk(
+                                    g,
+                                    trie,
+                                    &[],
+                                    Some(i),
+                                    &[head],
+                                    None,
+                                    &mut accepted,
+                                    Some((&follow, &mut exits)),
+                                    &mut work,
+                                )
+                                .map_err(oow)?;
+                        }
+                    }
+                    i = next;
+                }
+            }
         }
-        .make(g, s, CTX);
-        walker
-            .walk(
-                g,
-                trie,
-                &[],
-                None,
-                &[head],
-                Some(s),
-                &mut accepted,
-                Some((&follow, &mut exits)),
-                &mut work,
-            )
-            .map_err(oow)?;
         exits.sort_unstable();
         exits.dedup();
         Ok(StateMasks {
@@ -834,7 +913,7 @@ impl Walker {
                     work.tick(1)?;
                     new_top = n;
                     at[d] = li;
-                } else if d == 1 && only_direct.is_some() {
+                } else if d == d0 + 1 && only_direct.is_some() {
                     // The first byte of a rule's own walk: only its direct transitions.
                     work.tick(1)?;
                     let n = g.trans[t as usize * g.stride + c];
