@@ -9,7 +9,7 @@ use model_support::reference_gguf;
 use poot::chat_template::render_gguf_user_prompt;
 use poot::constraint::{Constraint, Matcher, Spec};
 use poot::gguf::Gguf;
-use poot::model::{generate, Finish, Model};
+use poot::model::{generate, CpuBackend, Finish, Model};
 use poot::sampling::{Params, Sampler};
 use poot::tokenizer::Tokenizer;
 use poot::vocab::Vocabulary;
@@ -24,7 +24,7 @@ fn run(file: &[u8], request: serde_json::Value, user: &str, seed: u64) -> (Strin
     let spec = Spec::from_request(&request).unwrap().expect("a constraint");
     let mut matcher = Matcher::new(Arc::new(Constraint::from_spec(&spec, vocab).unwrap()));
     let prompt = tok.encode_prompt(&render_gguf_user_prompt(&gguf, &tok, user).unwrap());
-    let mut session = model.session(prompt.len() + 64).unwrap();
+    let session = model.session(prompt.len() + 64).unwrap();
     let mut sampler = Sampler::new(Params {
         temperature: 0.7,
         seed,
@@ -32,8 +32,10 @@ fn run(file: &[u8], request: serde_json::Value, user: &str, seed: u64) -> (Strin
     })
     .unwrap();
     let out = generate(
-        &model,
-        &mut session,
+        &mut CpuBackend {
+            model: &model,
+            session,
+        },
         &prompt,
         &mut sampler,
         Some(&mut matcher),

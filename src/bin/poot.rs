@@ -23,7 +23,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+#[path = "poot/model.rs"]
+mod model;
+
 const USAGE: &str = "usage:
+  poot tokenize --model GGUF --text TEXT
+  poot eval   --model GGUF (--prompt TEXT [--chat] | --prompt-ids 1,2,3) [--top K] [--greedy N]
+              [--backend cpu|gpu] [--threads T]
+  poot generate --model GGUF --request FILE [--backend cpu|gpu] [--threads T]
   poot check  --request FILE
   poot trace  --model GGUF|tokenizer.json --request FILE --output TEXT_FILE [--masks]
   poot sample --model GGUF|tokenizer.json --request FILE --n N --seed S [--max-tokens M]";
@@ -69,12 +76,13 @@ impl From<Error> for Failure {
 struct Options {
     values: HashMap<String, String>,
     masks: bool,
+    chat: bool,
 }
 
 impl Options {
     fn parse(args: &[String], allowed: &[&str]) -> Result<Self, Failure> {
         let mut values = HashMap::new();
-        let mut masks = false;
+        let (mut masks, mut chat) = (false, false);
         let mut it = args.iter();
         while let Some(arg) = it.next() {
             let key = arg
@@ -82,6 +90,10 @@ impl Options {
                 .ok_or_else(|| Failure::Usage(format!("unexpected argument `{arg}`")))?;
             if key == "masks" && allowed.contains(&"masks") {
                 masks = true;
+                continue;
+            }
+            if key == "chat" && allowed.contains(&"chat") {
+                chat = true;
                 continue;
             }
             if !allowed.contains(&key) {
@@ -92,7 +104,11 @@ impl Options {
                 .ok_or_else(|| Failure::Usage(format!("`--{key}` needs a value")))?;
             values.insert(key.to_owned(), value.clone());
         }
-        Ok(Options { values, masks })
+        Ok(Options {
+            values,
+            masks,
+            chat,
+        })
     }
 
     fn required(&self, key: &str) -> Result<&str, Failure> {
@@ -157,6 +173,9 @@ fn run(args: &[String]) -> Result<ExitCode, Failure> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        "tokenize" => model::tokenize(rest),
+        "eval" => model::eval(rest),
+        "generate" => model::generate(rest),
         "--version" | "-V" => {
             println!("poot {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)

@@ -42,21 +42,46 @@ pub struct Generation {
     pub finish: Finish,
 }
 
-/// Evaluates `prompt` in `session` (which may already hold a prefix) and generates up to
-/// `max_tokens` tokens. With a `matcher`, every step's mask comes from it and the sampler can
-/// only pick allowed tokens; `stop` lists the end-of-sequence ids (ignored while a matcher is
-/// present: its vocabulary's EOS ids end the output exactly when the constraint is complete).
-pub fn generate<B: AsRef<[u8]>>(
-    model: &Model<B>,
-    session: &mut Session,
+/// A forward pass the decode loop can drive: the CPU model ([`CpuBackend`]) or the GPU one
+/// (behind an adapter at the edge that waits for it). One sequence per backend value.
+pub trait Backend {
+    /// Logits per step.
+    fn n_vocab(&self) -> usize;
+    /// Evaluates `tokens` after what the backend holds; returns the last position's logits.
+    fn forward(&mut self, tokens: &[TokenId]) -> Result<Vec<f32>>;
+}
+
+/// The CPU model and one session of it.
+#[derive(Debug)]
+pub struct CpuBackend<'m, B> {
+    pub model: &'m Model<B>,
+    pub session: Session,
+}
+
+impl<B: AsRef<[u8]>> Backend for CpuBackend<'_, B> {
+    fn n_vocab(&self) -> usize {
+        self.model.config().n_vocab
+    }
+
+    fn forward(&mut self, tokens: &[TokenId]) -> Result<Vec<f32>> {
+        self.model.forward(&mut self.session, tokens)
+    }
+}
+
+/// Evaluates `prompt` after what `backend` holds and generates up to `max_tokens` tokens.
+/// With a `matcher`, every step's mask comes from it and the sampler can only pick allowed
+/// tokens; `stop` lists the end-of-sequence ids (ignored while a matcher is present: its
+/// vocabulary's EOS ids end the output exactly when the constraint is complete).
+pub fn generate(
+    backend: &mut dyn Backend,
     prompt: &[TokenId],
     sampler: &mut Sampler,
     mut matcher: Option<&mut Matcher>,
     max_tokens: usize,
     stop: &[TokenId],
 ) -> Result<Generation> {
-    let n_vocab = model.config().n_vocab;
-    let mut logits = model.forward(session, prompt)?;
+    let n_vocab = backend.n_vocab();
+    let mut logits = backend.forward(prompt)?;
     let mut mask = vec![0u32; crate::mask::words_for(n_vocab)];
     let mut ids = Vec::new();
     for step in 0..max_tokens {
@@ -90,7 +115,7 @@ pub fn generate<B: AsRef<[u8]>>(
         };
         ids.push(token);
         if step + 1 < max_tokens {
-            logits = model.forward(session, &[token])?;
+            logits = backend.forward(&[token])?;
         }
     }
     Ok(Generation {
@@ -135,8 +160,8 @@ impl EvalReport {
     }
 }
 
-/// Tokenizes (or takes) a prompt, prefills it, reports the `top` raw logits, then takes
-/// `greedy` greedy steps with their margins. `threads` applies natively.
+/// Tokenizes (or takes) a prompt, prefills it on the CPU model, reports the `top` raw logits,
+/// then takes `greedy` greedy steps with their margins. `threads` applies natively.
 pub fn eval(
     file: &[u8],
     prompt: &EvalPrompt<'_>,
@@ -144,22 +169,48 @@ pub fn eval(
     greedy: usize,
     threads: usize,
 ) -> Result<EvalReport> {
-    let gguf = Gguf::parse(file)?;
-    let tok = Tokenizer::from_gguf(&gguf)?;
     let mut model = Model::from_gguf_bytes(file)?;
     model.set_threads(threads);
-    let prompt_ids = match prompt {
+    let prompt_ids = eval_prompt_ids(file, prompt)?;
+    let context = (prompt_ids.len() + greedy)
+        .min(model.config().context_length)
+        .max(1);
+    let session = model.session(context)?;
+    let tok = Tokenizer::from_gguf_bytes(file)?;
+    eval_with(
+        &mut CpuBackend {
+            model: &model,
+            session,
+        },
+        &tok,
+        prompt_ids,
+        top,
+        greedy,
+    )
+}
+
+/// The token ids of an [`EvalPrompt`], tokenized with the file's own tokenizer and template.
+pub fn eval_prompt_ids(file: &[u8], prompt: &EvalPrompt<'_>) -> Result<Vec<TokenId>> {
+    let gguf = Gguf::parse(file)?;
+    let tok = Tokenizer::from_gguf(&gguf)?;
+    Ok(match prompt {
         EvalPrompt::Ids(ids) => ids.clone(),
         EvalPrompt::Text { text, chat: false } => tok.encode_prompt(text),
         EvalPrompt::Text { text, chat: true } => {
             tok.encode_prompt(&render_gguf_user_prompt(&gguf, &tok, text)?)
         }
-    };
-    let context = (prompt_ids.len() + greedy)
-        .min(model.config().context_length)
-        .max(1);
-    let mut session = model.session(context)?;
-    let mut logits = model.forward(&mut session, &prompt_ids)?;
+    })
+}
+
+/// [`eval`] on any backend, for prompt ids already made.
+pub fn eval_with(
+    backend: &mut dyn Backend,
+    tok: &Tokenizer,
+    prompt_ids: Vec<TokenId>,
+    top: usize,
+    greedy: usize,
+) -> Result<EvalReport> {
+    let mut logits = backend.forward(&prompt_ids)?;
     let top = top_k(&logits, top);
     let mut greedy_ids = Vec::with_capacity(greedy);
     let mut greedy_margins = Vec::with_capacity(greedy);
@@ -171,7 +222,7 @@ pub fn eval(
             best.first().map_or(0.0, |a| a.1) - best.get(1).map_or(f32::NEG_INFINITY, |b| b.1),
         );
         if step + 1 < greedy {
-            logits = model.forward(&mut session, &[next])?;
+            logits = backend.forward(&[next])?;
         }
     }
     let greedy_text = String::from_utf8_lossy(&tok.decode(&greedy_ids, true)).into_owned();
@@ -239,6 +290,8 @@ mod tests {
             .unwrap()
             .unwrap();
         let constraint = Arc::new(Constraint::from_spec(&spec, vocab).unwrap());
+        let prefix = regex::Regex::new(r"^(ab|ba)+( [0-9]{0,2})?$").unwrap();
+        let whole = regex::Regex::new(r"^(ab|ba)+ [0-9]{2}$").unwrap();
         for seed in 0..4 {
             let mut matcher = Matcher::new(constraint.clone());
             let mut sampler = Sampler::new(Params {
@@ -247,10 +300,12 @@ mod tests {
                 ..Params::default()
             })
             .unwrap();
-            let mut session = model.session(64).unwrap();
+            let session = model.session(64).unwrap();
             let out = generate(
-                &model,
-                &mut session,
+                &mut CpuBackend {
+                    model: &model,
+                    session,
+                },
                 &[5, 6],
                 &mut sampler,
                 Some(&mut matcher),
@@ -259,15 +314,9 @@ mod tests {
             )
             .unwrap();
             let text = String::from_utf8(tok.decode(&out.ids, false)).unwrap();
-            let re = regex::Regex::new(r"^(ab|ba)+( [0-9]{0,2})?$").unwrap();
-            assert!(re.is_match(&text), "seed {seed}: {text:?}");
+            assert!(prefix.is_match(&text), "seed {seed}: {text:?}");
             if out.finish == Finish::Stop {
-                assert!(
-                    regex::Regex::new(r"^(ab|ba)+ [0-9]{2}$")
-                        .unwrap()
-                        .is_match(&text),
-                    "{text:?}"
-                );
+                assert!(whole.is_match(&text), "{text:?}");
             }
         }
     }
@@ -277,8 +326,11 @@ mod tests {
         let file = TinySpec::default().build();
         let model = Model::from_gguf_bytes(&file[..]).unwrap();
         let mut sampler = Sampler::new(Params::greedy()).unwrap();
-        let mut session = model.session(64).unwrap();
-        let out = generate(&model, &mut session, &[5, 6], &mut sampler, None, 10, &[2]).unwrap();
+        let mut backend = CpuBackend {
+            model: &model,
+            session: model.session(64).unwrap(),
+        };
+        let out = generate(&mut backend, &[5, 6], &mut sampler, None, 10, &[2]).unwrap();
         assert!(out.ids.len() <= 10);
         assert!(!out.ids.contains(&2));
         assert_eq!(out.finish == Finish::Length, out.ids.len() == 10);

@@ -30,7 +30,10 @@ mod generate;
 pub mod synthetic;
 mod weights;
 
-pub use generate::{eval, generate, tokenize_json, EvalPrompt, EvalReport, Finish, Generation};
+pub use generate::{
+    eval, eval_prompt_ids, eval_with, generate, tokenize_json, Backend, CpuBackend, EvalPrompt,
+    EvalReport, Finish, Generation,
+};
 pub use weights::Matrix;
 
 use crate::error::{Error, Result};
