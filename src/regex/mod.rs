@@ -114,6 +114,18 @@ impl Dfa {
                     .with_source(e)
                 }
             })?;
+        Self::from_nfa(&nfa, field, shown)
+    }
+
+    /// Determinizes a Thompson NFA built elsewhere (the `guided_json` compiler builds its NFA
+    /// directly so that shared parts of a schema are not duplicated), under the same bounds.
+    pub(crate) fn from_nfa(nfa: &thompson::NFA, field: &str, shown: &str) -> Result<Self> {
+        let err_param = |e: Error| e.with_param(field);
+        let too_big = || {
+            err_param(Error::limit_exceeded(format!(
+                "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit"
+            )))
+        };
         let dfa = dense::Builder::new()
             .configure(
                 dense::Config::new()
@@ -125,7 +137,7 @@ impl Dfa {
                     .dfa_size_limit(Some(AUTOMATON_BYTES))
                     .determinize_size_limit(Some(AUTOMATON_BYTES)),
             )
-            .build_from_nfa(&nfa)
+            .build_from_nfa(nfa)
             .map_err(|e| {
                 if e.is_size_limit_exceeded() {
                     too_big().with_source(e)
