@@ -26,6 +26,7 @@ pub mod constraint;
 pub mod error;
 pub mod gguf;
 pub mod grammar;
+pub mod json_schema;
 pub mod json_value;
 pub mod limits;
 pub mod mask;

@@ -57,6 +57,32 @@ pub const MAX_JSON_WHITESPACE: usize = 64;
 /// (spec: 16 KiB).
 pub const MAX_SCHEMA_BYTES: usize = 16 * 1024;
 
+/// Largest regex a `guided_json` / `response_format` schema may compile to, in bytes of its
+/// text (spec: 256 KiB).
+///
+/// A schema that repeats its parts (arrays of arrays, many optional properties, counted
+/// lengths) grows its regex; past this bound it is refused before any automaton is built.
+pub const MAX_SCHEMA_REGEX_BYTES: usize = 256 * 1024;
+
+/// Subschemas the JSON Schema compiler may visit while inlining `$ref`s and merging `allOf`.
+///
+/// `$ref` is inlined, so a definition used twice is compiled twice; a chain of definitions
+/// that each use the next twice doubles at every link. 10,000 visits is ~100 times what the
+/// largest JSONSchemaBench schema under 16 KiB needs, and stops an exponential chain in a few
+/// milliseconds.
+pub const MAX_SCHEMA_EXPANSION: usize = 10_000;
+
+/// How deeply a free-form JSON value (`{}`, `true`, `additionalProperties: true`, an `items`
+/// left open) may nest arrays and objects in `guided_json` output.
+///
+/// A regex cannot count brackets, so "any JSON value" is a bounded-depth one. Each place a
+/// free-form value appears costs ~500 automaton states at depth 2 (`{"a":[1,"x"]}`) and ~150
+/// at depth 1 (`{"a":1}`, `[1,"x"]`), against ~500 states in the 256 KiB automaton limit; so a
+/// schema whose automaton or regex would pass its limit at depth 2 is compiled again at depth
+/// 1 (`JsonSchema::free_form_depth` says which). Values within the depth are never rejected;
+/// deeper ones need `response_format` `json_object`.
+pub const FREE_FORM_DEPTH: u32 = 2;
+
 /// Working memory an automaton may use while it is built, in bytes (spec: 256 KiB).
 ///
 /// Applied three times, each a hard stop: to the Thompson NFA, to the determinizer's

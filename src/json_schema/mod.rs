@@ -1,0 +1,1988 @@
+//! `guided_json` and `response_format` `json_schema`: a JSON Schema compiled to a regular
+//! language, then to the same byte DFA and token masks as `guided_regex`.
+//!
+//! # Supported keywords
+//!
+//! Every keyword that changes which values are valid is either enforced exactly as listed
+//! here or refused with an error naming it: the compiler never under-constrains. What the
+//! output may look like is a documented *subset* of the valid values (for example keys in
+//! sorted order), so every output validates.
+//!
+//! - `type`: a name or a list (`["string", "null"]`). Without `type`, the types the schema's
+//!   keywords speak of (`properties` → object, `items` → array, `pattern` → string,
+//!   `minimum` → number, ...), or every type when it names none.
+//! - `enum`, `const`: scalars and composite values, matched structurally (sorted keys, the
+//!   whitespace below); values that fail the schema's other keywords are dropped.
+//! - Objects: `properties`, `required` (listed keys mandatory, the rest optional; a required
+//!   key outside `properties` takes the `additionalProperties` schema), keys in sorted order.
+//!   `additionalProperties`: `false` or absent → no other keys (absent is a documented
+//!   restriction: JSON Schema would allow any); `true` or a schema → other keys (never a listed
+//!   name) after the listed ones. An object schema with no `properties` and no
+//!   `additionalProperties` is free-form (see below). `minProperties` when the required keys
+//!   already meet it or it is 1; `maxProperties` when the listed keys cannot pass it (extra
+//!   keys are then capped). `propertyNames` on listed keys, and on extra keys when there are no
+//!   listed ones. `dependentRequired`/`dependencies`/`dependentSchemas` when they cannot fire
+//!   (the trigger key is never emitted) or, for lists, name keys that are always present.
+//!   `unevaluatedProperties`/`unevaluatedItems` as the `additionalProperties`/`items` they
+//!   amount to in their own scope (a cousin's properties do not count).
+//! - Arrays: `items` (schema), `prefixItems` (and draft-7 `items` arrays with
+//!   `additionalItems`), `minItems`, `maxItems`, `uniqueItems` when `maxItems <= 1` (or
+//!   `false`), `unevaluatedItems` (as the items after the prefix when `items` is absent).
+//! - Strings: `pattern` (ECMA-262, unanchored: the decoded value contains a match; `\d`, `\w`,
+//!   `\s` and `.` keep their ECMA meaning; look-around, back-references and `\b` are
+//!   refused), `minLength`/`maxLength` in code points, `format` (below). A pattern or format
+//!   together with lengths is accepted when its own lengths already lie within them.
+//! - Integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (draft-4 booleans
+//!   too), compiled to the exact range; `multipleOf` 1 or a divisor of 100 without bounds.
+//! - Numbers: the same bounds when they are integers (`0 <= x <= 1` is exact: `1`, `1.0`,
+//!   `0.25`, never `1.5`); bounded numbers are written without exponents. Non-integer bounds
+//!   and non-integer `multipleOf` are refused.
+//! - `anyOf`; `oneOf` when the compiler can prove no emitted value matches two branches
+//!   (different types, different `const`/`enum` values of a required property, a required key
+//!   another branch never emits or forbids); otherwise refused, since treating it as `anyOf`
+//!   could emit a value matching two branches. `allOf` and `$ref` siblings are merged into one
+//!   schema where the merge is exact, refused otherwise.
+//! - `$ref` to `#`, `#/$defs/...`, `#/definitions/...` or any local JSON pointer, inlined.
+//!   Recursive references (they need a pushdown automaton: use `guided_grammar`) and external
+//!   ones are refused.
+//! - `format`: `date`, `time`, `date-time`, `uuid`, `email`, `ipv4`, `ipv6`, `hostname`,
+//!   `uri` (regexes in `string.rs`: `date` checks month lengths and leap years; `time` is
+//!   RFC 3339 with `Z` or an offset and no leap second; `hostname` and `email` domains are 1–4
+//!   labels of 1–20 letters, digits and single inner hyphens; `email` local parts are 1–2
+//!   dot-separated atoms of `[A-Za-z0-9_+-]{1,16}`; `ipv6` is the eight-group form or a
+//!   `::`-compressed one; `uri` is `scheme://host[:port][/path][?query][#fragment]` over
+//!   RFC 3986 unreserved and sub-delimiter characters). Other formats a validator checks
+//!   (`uri-reference`, `duration`, `regex`, ...) are refused; unknown names are annotations.
+//! - Free-form values (`true`, `{}`, `additionalProperties: true`, `items` absent): any JSON
+//!   value nested at most [`FREE_FORM_DEPTH`](crate::limits::FREE_FORM_DEPTH) arrays/objects
+//!   deep; inside that depth every value is accepted (canonical form below).
+//! - Ignored (no effect on validity): `title`, `description`, `$schema`, `$id`, `$comment`,
+//!   `$anchor`, `$defs`, `definitions`, `examples`, `default`, `deprecated`, `readOnly`,
+//!   `writeOnly`, `contentEncoding`/`contentMediaType`/`contentSchema` from draft 2019-09 on,
+//!   `then`/`else` without `if`, and keywords JSON Schema does not define (`nullable`,
+//!   `x-...`), which validators ignore too.
+//! - Refused: `not`, `if`, `contains`, `patternProperties`, `uniqueItems` with more than one
+//!   item, `$dynamicRef`, `$recursiveRef`, and the cases above.
+//!
+//! # Output form
+//!
+//! No whitespace except one optional space after `,` and `:`. Keys in sorted order (byte
+//! order of the decoded key). Strings: raw characters, short escapes, `\uXXXX` (no lone
+//! surrogates) in unconstrained parts; the canonical escape only where a pattern, format or
+//! length constrains the value. Integers without leading zeros or `-0`. Numbers with at most a
+//! two-digit exponent. A test instance serialized canonically ([`canonical_json`]: sorted keys,
+//! no whitespace, the shortest number form) is in the language whenever the schema's valid
+//! set, restricted as documented, contains it.
+//!
+//! # Bounds
+//!
+//! The schema text is at most [`MAX_SCHEMA_BYTES`]; inlining may visit at most
+//! [`MAX_SCHEMA_EXPANSION`] subschemas; the regex text at most [`MAX_SCHEMA_REGEX_BYTES`];
+//! the automaton is built under [`AUTOMATON_BYTES`], like `guided_regex`.
+
+mod node;
+mod number;
+mod string;
+
+use crate::error::{Error, Result};
+use crate::limits::{
+    AUTOMATON_BYTES, FREE_FORM_DEPTH, MAX_SCHEMA_BYTES, MAX_SCHEMA_EXPANSION,
+    MAX_SCHEMA_REGEX_BYTES,
+};
+use crate::regex::{quote, Dfa};
+use node::Node;
+use number::Bound;
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+
+/// A compiled schema: the regular language of its outputs.
+///
+/// ```
+/// use serde_json::json;
+/// let schema = json!({
+///     "type": "object",
+///     "properties": {
+///         "name": {"type": "string"},
+///         "age": {"type": "integer", "minimum": 1, "maximum": 120},
+///         "class": {"enum": ["warrior", "mage", "rogue"]}
+///     },
+///     "required": ["name", "class"]
+/// });
+/// let compiled = poot::json_schema::JsonSchema::compile(&schema, "guided_json").unwrap();
+/// let dfa = compiled.dfa();
+/// assert!(dfa.matches(br#"{"age":42,"class":"mage","name":"Bel"}"#));
+/// assert!(dfa.matches(br#"{"class": "rogue", "name": "x"}"#));
+/// assert!(!dfa.matches(br#"{"age":121,"class":"mage","name":"Bel"}"#));
+/// assert!(!dfa.matches(br#"{"name":"Bel"}"#));
+/// assert!(compiled.gbnf().starts_with("root ::= "));
+/// ```
+#[derive(Debug, Clone)]
+pub struct JsonSchema {
+    node: Node,
+    regex: String,
+    dfa: Dfa,
+    free_form_depth: Option<u32>,
+}
+
+impl JsonSchema {
+    /// Compiles a schema given as a JSON value (a string value is read as the schema's JSON
+    /// text). `field` names the request field in errors: `guided_json` or `response_format`.
+    pub fn compile(schema: &Value, field: &str) -> Result<Self> {
+        let parsed;
+        let schema = match schema {
+            Value::String(text) => {
+                check_size(field, text.len())?;
+                parsed = serde_json::from_str::<Value>(text).map_err(|e| {
+                    Error::invalid_input(format!("{field} is not valid JSON: {e}"))
+                        .with_param(field)
+                        .with_source(e)
+                })?;
+                &parsed
+            }
+            other => other,
+        };
+        let text = schema.to_string();
+        check_size(field, text.len())?;
+        let shown = quote(&text);
+        // Free-form values nest FREE_FORM_DEPTH levels, or one level when that is what
+        // keeps the schema inside the regex and automaton limits.
+        let mut depth = FREE_FORM_DEPTH;
+        loop {
+            let mut c = Compiler::new(schema, depth);
+            let node = c.schema(schema).map_err(|e| e.into_error(field, &shown))?;
+            let free_form = c.any_cache.iter().any(Option::is_some);
+            let retry = free_form && depth > 1;
+            match Self::build(node, field, &shown) {
+                Ok((node, regex, dfa)) => {
+                    return Ok(JsonSchema {
+                        node,
+                        regex,
+                        dfa,
+                        free_form_depth: free_form.then_some(depth),
+                    })
+                }
+                Err(e) if retry && e.is_limit_exceeded() => depth = 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn build(node: Node, field: &str, shown: &str) -> Result<(Node, String, Dfa)> {
+        if node == Node::Nothing {
+            return Err(Error::invalid_input(format!(
+                "{field} {shown} allows no value the compiler can emit"
+            ))
+            .with_param(field));
+        }
+        let regex = node.to_regex(MAX_SCHEMA_REGEX_BYTES).map_err(|()| {
+            Error::limit_exceeded(format!(
+                "{field} {shown} compiles to a regex over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
+            ))
+            .with_param(field)
+        })?;
+        let nfa = node.to_nfa(AUTOMATON_BYTES).map_err(|e| {
+            Error::limit_exceeded(format!(
+                "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit"
+            ))
+            .with_param(field)
+            .with_source(e)
+        })?;
+        let dfa = Dfa::from_nfa(&nfa, field, shown)?;
+        Ok((node, regex, dfa))
+    }
+
+    /// The compiled regex (regex-syntax text; the whole output must match it).
+    pub fn regex(&self) -> &str {
+        &self.regex
+    }
+
+    /// A GBNF grammar (llama.cpp syntax, entry rule `root`) accepting exactly the language of
+    /// [`JsonSchema::regex`], for engines that take grammars rather than regexes.
+    pub fn gbnf(&self) -> String {
+        self.node.to_gbnf()
+    }
+
+    /// The automaton, built under the same bounds as a `guided_regex`.
+    pub fn dfa(&self) -> &Dfa {
+        &self.dfa
+    }
+
+    /// The automaton, by value.
+    pub fn into_dfa(self) -> Dfa {
+        self.dfa
+    }
+
+    /// How deeply free-form values may nest in this schema's output
+    /// ([`FREE_FORM_DEPTH`], or 1 where that depth would pass a limit); `None` when the
+    /// schema has no free-form value.
+    pub fn free_form_depth(&self) -> Option<u32> {
+        self.free_form_depth
+    }
+
+    /// Whether `output` is in the language (a direct simulation, no automaton: for tests and
+    /// short texts).
+    pub fn matches(&self, output: &[u8]) -> bool {
+        self.node.matches(output)
+    }
+}
+
+fn check_size(field: &str, len: usize) -> Result<()> {
+    if len > MAX_SCHEMA_BYTES {
+        return Err(Error::limit_exceeded(format!(
+            "{field} is {len} bytes, over the {MAX_SCHEMA_BYTES}-byte limit"
+        ))
+        .with_param(field));
+    }
+    Ok(())
+}
+
+/// The canonical text of a JSON value: sorted keys, no whitespace, integers (also
+/// integer-valued floats below 1e17) without a fraction, other numbers in their shortest
+/// round-trip form. Fixed values (`enum`, `const`) are emitted in this form, and the corpus
+/// tests serialize instances with it.
+pub fn canonical_json(v: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(v, &mut out);
+    out
+}
+
+fn canonical_number(n: &serde_json::Number) -> String {
+    if n.is_i64() || n.is_u64() {
+        return n.to_string();
+    }
+    let f = n.as_f64().unwrap_or(0.0);
+    if f.fract() == 0.0 && f.abs() < 1e17 {
+        return format!("{}", f as i64);
+    }
+    n.to_string()
+}
+
+fn write_canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => out.push_str(&canonical_number(n)),
+        Value::String(s) => out.push_str(&serde_json::to_string(s).expect("strings serialize")),
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(x, out);
+            }
+            out.push(']');
+        }
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::to_string(k).expect("strings serialize"));
+                out.push(':');
+                write_canonical(&m[k], out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// Why a schema did not compile (turned into an [`Error`] naming the field).
+#[derive(Debug)]
+enum Fail {
+    Invalid(String),
+    Limit(String),
+}
+
+impl Fail {
+    fn into_error(self, field: &str, shown: &str) -> Error {
+        match self {
+            Fail::Invalid(m) => Error::invalid_input(format!("{field} {shown}: {m}")),
+            Fail::Limit(m) => Error::limit_exceeded(format!("{field} {shown}: {m}")),
+        }
+        .with_param(field)
+    }
+}
+
+type R<T> = std::result::Result<T, Fail>;
+
+/// A numeric bound as written: the value and whether it is exclusive.
+type FBound = (f64, bool);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Draft {
+    D4,
+    D6,
+    D7,
+    D2019,
+    D2020,
+}
+
+/// Keywords that never change validity.
+const ANNOTATIONS: &[&str] = &[
+    "$schema",
+    "$id",
+    "id",
+    "$comment",
+    "$anchor",
+    "$dynamicAnchor",
+    "$recursiveAnchor",
+    "$vocabulary",
+    "$defs",
+    "definitions",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+];
+
+const STRING_KEYS: &[&str] = &[
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "contentEncoding",
+    "contentMediaType",
+];
+const NUMBER_KEYS: &[&str] = &[
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "divisibleBy",
+];
+const ARRAY_KEYS: &[&str] = &[
+    "items",
+    "prefixItems",
+    "additionalItems",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "unevaluatedItems",
+];
+const OBJECT_KEYS: &[&str] = &[
+    "properties",
+    "required",
+    "additionalProperties",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "unevaluatedProperties",
+];
+/// Keywords that apply to every type and are handled before types.
+const GENERAL_KEYS: &[&str] = &[
+    "type",
+    "enum",
+    "const",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "$ref",
+    "not",
+    "if",
+    "then",
+    "else",
+    "$dynamicRef",
+    "$recursiveRef",
+    "disallow",
+    "extends",
+];
+
+const TYPES: [&str; 7] = [
+    "null", "boolean", "integer", "number", "string", "array", "object",
+];
+
+fn is_validation_key(k: &str) -> bool {
+    GENERAL_KEYS.contains(&k)
+        || STRING_KEYS.contains(&k)
+        || NUMBER_KEYS.contains(&k)
+        || ARRAY_KEYS.contains(&k)
+        || OBJECT_KEYS.contains(&k)
+}
+
+fn unsupported(key: &str, path: &str, why: &str) -> Fail {
+    Fail::Invalid(format!(
+        "`{key}` at {path} is not supported ({why}); the compiler refuses rather than emit values it may not allow"
+    ))
+}
+
+fn ws() -> Node {
+    Node::opt(Node::lit(" "))
+}
+
+fn sep() -> Node {
+    Node::concat(vec![Node::lit(","), ws()])
+}
+
+fn colon() -> Node {
+    Node::concat(vec![Node::lit(":"), ws()])
+}
+
+fn key_lit(k: &str) -> Node {
+    Node::lit(serde_json::to_string(k).expect("strings serialize"))
+}
+
+/// A fixed value, structurally: sorted keys, the usual optional spaces.
+fn value_node(v: &Value) -> Node {
+    match v {
+        Value::Array(a) => {
+            let mut parts = vec![Node::lit("[")];
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    parts.push(sep());
+                }
+                parts.push(value_node(x));
+            }
+            parts.push(Node::lit("]"));
+            Node::concat(parts)
+        }
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let mut parts = vec![Node::lit("{")];
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    parts.push(sep());
+                }
+                parts.push(key_lit(k));
+                parts.push(colon());
+                parts.push(value_node(&m[k]));
+            }
+            parts.push(Node::lit("}"));
+            Node::concat(parts)
+        }
+        scalar => Node::lit(canonical_json(scalar)),
+    }
+}
+
+/// JSON Schema equality (1 == 1.0), via the canonical form.
+fn same_value(a: &Value, b: &Value) -> bool {
+    canonical_json(a) == canonical_json(b)
+}
+
+fn type_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) => {
+            if n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0) {
+                "integer"
+            } else {
+                "number"
+            }
+        }
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Whether a value of JSON type `t` is in the type set (integers are numbers).
+fn type_in(t: &str, set: &BTreeSet<&'static str>) -> bool {
+    set.contains(t) || (t == "integer" && set.contains("number"))
+}
+
+/// The explicit `type` set, if any.
+fn explicit_types(m: &Map<String, Value>, path: &str) -> R<Option<BTreeSet<&'static str>>> {
+    let Some(t) = m.get("type") else {
+        return Ok(None);
+    };
+    let names: Vec<&Value> = match t {
+        Value::Array(a) => a.iter().collect(),
+        other => vec![other],
+    };
+    let mut out = BTreeSet::new();
+    for n in names {
+        let s = n.as_str().ok_or_else(|| {
+            Fail::Invalid(format!(
+                "`type` at {path} must be a type name or a list of them"
+            ))
+        })?;
+        match TYPES.iter().find(|&&x| x == s) {
+            Some(&x) => {
+                out.insert(x);
+            }
+            None if s == "any" => out.extend(TYPES),
+            None => {
+                return Err(Fail::Invalid(format!(
+                    "`type` at {path} names an unknown type `{s}`"
+                )))
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
+/// The types a schema emits: its `type`, or the types its keywords speak of.
+fn emitted_types(m: &Map<String, Value>, path: &str) -> R<BTreeSet<&'static str>> {
+    if let Some(t) = explicit_types(m, path)? {
+        return Ok(t);
+    }
+    let mut out = BTreeSet::new();
+    let has = |keys: &[&str]| keys.iter().any(|k| m.contains_key(*k));
+    if has(STRING_KEYS) {
+        out.insert("string");
+    }
+    if has(NUMBER_KEYS) {
+        out.insert("number");
+    }
+    if has(ARRAY_KEYS) {
+        out.insert("array");
+    }
+    if has(OBJECT_KEYS) {
+        out.insert("object");
+    }
+    if out.is_empty() {
+        out.extend(TYPES);
+    }
+    Ok(out)
+}
+
+fn as_count(v: &Value, key: &str, path: &str) -> R<u32> {
+    let f = v
+        .as_f64()
+        .filter(|f| *f >= 0.0 && f.fract() == 0.0)
+        .ok_or_else(|| {
+            Fail::Invalid(format!("`{key}` at {path} must be a non-negative integer"))
+        })?;
+    Ok(if f > f64::from(u32::MAX) {
+        u32::MAX
+    } else {
+        f as u32
+    })
+}
+
+fn as_f64(v: &Value, key: &str, path: &str) -> R<f64> {
+    v.as_f64()
+        .ok_or_else(|| Fail::Invalid(format!("`{key}` at {path} must be a number")))
+}
+
+/// Merges two flattened schemas into one whose valid set is the intersection, where that
+/// can be written exactly.
+fn merge(mut a: Map<String, Value>, b: Map<String, Value>, path: &str) -> R<Map<String, Value>> {
+    let cannot = |k: &str| {
+        Fail::Invalid(format!(
+            "`allOf`/`$ref` at {path} combines two `{k}` keywords that cannot be merged exactly"
+        ))
+    };
+    // Object keys: a key's schema in each side is its property schema or that side's
+    // additionalProperties, so merge those per key first.
+    let a_has_props = a.contains_key("properties") || a.contains_key("additionalProperties");
+    let b_has_props = b.contains_key("properties") || b.contains_key("additionalProperties");
+    if a_has_props && b_has_props {
+        if a.contains_key("patternProperties") || b.contains_key("patternProperties") {
+            return Err(cannot("patternProperties"));
+        }
+        let empty = Map::new();
+        let pa = a
+            .get("properties")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        let pb = b
+            .get("properties")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        let xa = a
+            .get("additionalProperties")
+            .cloned()
+            .unwrap_or(Value::Bool(true));
+        let xb = b
+            .get("additionalProperties")
+            .cloned()
+            .unwrap_or(Value::Bool(true));
+        let mut props = Map::new();
+        let keys: BTreeSet<&String> = pa.keys().chain(pb.keys()).collect();
+        for k in keys {
+            let sa = pa.get(k).unwrap_or(&xa);
+            let sb = pb.get(k).unwrap_or(&xb);
+            props.insert(k.clone(), all_of(sa, sb));
+        }
+        let extra = all_of(&xa, &xb);
+        a.insert("properties".into(), Value::Object(props));
+        if extra == Value::Bool(true)
+            && !a.contains_key("additionalProperties")
+            && !b.contains_key("additionalProperties")
+        {
+            a.remove("additionalProperties");
+        } else {
+            a.insert("additionalProperties".into(), extra);
+        }
+    }
+    // Arrays: item i is checked by each side's prefix schema at i or that side's rest.
+    let array_keys = ["prefixItems", "items", "additionalItems"];
+    let a_has_items = array_keys.iter().any(|k| a.contains_key(*k));
+    let b_has_items = array_keys.iter().any(|k| b.contains_key(*k));
+    let merge_items = a_has_items && b_has_items;
+    if merge_items {
+        let (pa, ra) = array_shape(&a);
+        let (pb, rb) = array_shape(&b);
+        let n = pa.len().max(pb.len());
+        let prefix: Vec<Value> = (0..n)
+            .map(|i| all_of(pa.get(i).unwrap_or(&ra), pb.get(i).unwrap_or(&rb)))
+            .collect();
+        // A side states its rest only with a schema `items` or a tuple's `additionalItems`;
+        // otherwise the rest stays unstated, for `unevaluatedItems` to decide.
+        let explicit_rest = |m: &Map<String, Value>| match m.get("items") {
+            Some(Value::Array(_)) => m.contains_key("additionalItems"),
+            Some(_) => true,
+            None => false,
+        };
+        let stated = explicit_rest(&a) || explicit_rest(&b);
+        for k in array_keys {
+            a.remove(k);
+        }
+        if !prefix.is_empty() {
+            a.insert("prefixItems".into(), Value::Array(prefix));
+        }
+        if stated {
+            a.insert("items".into(), all_of(&ra, &rb));
+        }
+    }
+    for (k, vb) in b {
+        if (k == "properties" || k == "additionalProperties") && a_has_props && b_has_props {
+            continue;
+        }
+        if merge_items && array_keys.contains(&k.as_str()) {
+            continue;
+        }
+        let Some(va) = a.get(&k).cloned() else {
+            a.insert(k, vb);
+            continue;
+        };
+        let va = &va;
+        if ANNOTATIONS.contains(&k.as_str()) || !is_validation_key(&k) || *va == vb {
+            continue;
+        }
+        let merged = match k.as_str() {
+            "type" => {
+                let ta = explicit_types(&a, path)?.unwrap_or_default();
+                let mut tb_map = Map::new();
+                tb_map.insert("type".into(), vb.clone());
+                let tb = explicit_types(&tb_map, path)?.unwrap_or_default();
+                let mut out: Vec<Value> = Vec::new();
+                for t in TYPES {
+                    let in_a = type_in(t, &ta);
+                    let in_b = type_in(t, &tb);
+                    if in_a && in_b {
+                        out.push(Value::String(t.into()));
+                    }
+                }
+                // integer and number both in: number covers integer.
+                if out.iter().any(|v| v == "number") {
+                    out.retain(|v| v != "integer");
+                }
+                Value::Array(out)
+            }
+            "required" => {
+                let mut out: Vec<Value> = va.as_array().cloned().unwrap_or_default();
+                for r in vb.as_array().cloned().unwrap_or_default() {
+                    if !out.contains(&r) {
+                        out.push(r);
+                    }
+                }
+                Value::Array(out)
+            }
+            "minLength" | "minItems" | "minProperties" | "minimum" | "exclusiveMinimum"
+                if va.is_number() && vb.is_number() =>
+            {
+                if va.as_f64() >= vb.as_f64() {
+                    va.clone()
+                } else {
+                    vb
+                }
+            }
+            "maxLength" | "maxItems" | "maxProperties" | "maximum" | "exclusiveMaximum"
+                if va.is_number() && vb.is_number() =>
+            {
+                if va.as_f64() <= vb.as_f64() {
+                    va.clone()
+                } else {
+                    vb
+                }
+            }
+            "enum" | "const" => {
+                let la: Vec<Value> = if k == "const" {
+                    vec![va.clone()]
+                } else {
+                    va.as_array().cloned().unwrap_or_default()
+                };
+                let lb: Vec<Value> = if k == "const" {
+                    vec![vb.clone()]
+                } else {
+                    vb.as_array().cloned().unwrap_or_default()
+                };
+                let both: Vec<Value> = la
+                    .into_iter()
+                    .filter(|x| lb.iter().any(|y| same_value(x, y)))
+                    .collect();
+                a.remove(&k);
+                let mut e: Vec<Value> = a
+                    .remove("enum")
+                    .and_then(|v| v.as_array().cloned())
+                    .unwrap_or_else(|| both.clone());
+                e.retain(|x| both.iter().any(|y| same_value(x, y)));
+                a.insert("enum".into(), Value::Array(e));
+                continue;
+            }
+            "items" if va.is_object() || va.is_boolean() => all_of(va, &vb),
+            "propertyNames" | "unevaluatedProperties" | "unevaluatedItems" | "additionalItems" => {
+                all_of(va, &vb)
+            }
+            "uniqueItems" => {
+                Value::Bool(va.as_bool().unwrap_or(false) || vb.as_bool().unwrap_or(false))
+            }
+            "anyOf" | "oneOf" => {
+                // (a1 | a2) & (b1 | b2) = a1&b1 | a1&b2 | ...; exclusive sides stay exclusive.
+                let (Some(la), Some(lb)) = (va.as_array(), vb.as_array()) else {
+                    return Err(cannot(&k));
+                };
+                if la.len() * lb.len() > 64 {
+                    return Err(cannot(&k));
+                }
+                let mut out = Vec::new();
+                for x in la {
+                    for y in lb {
+                        out.push(all_of(x, y));
+                    }
+                }
+                Value::Array(out)
+            }
+            _ => return Err(cannot(&k)),
+        };
+        a.insert(k, merged);
+    }
+    // `enum` beside `const` after merging: keep one list.
+    if let (Some(c), Some(Value::Array(e))) = (a.get("const").cloned(), a.get("enum").cloned()) {
+        let kept: Vec<Value> = e.into_iter().filter(|x| same_value(x, &c)).collect();
+        a.remove("const");
+        a.insert("enum".into(), Value::Array(kept));
+    }
+    Ok(a)
+}
+
+/// Rewrites `unevaluatedProperties`/`unevaluatedItems` of a flattened schema as the
+/// `additionalProperties`/`items` they amount to, so a later merge keeps their scope (a
+/// cousin's `properties` must not count as evaluated). Everything `$ref` and `allOf` brought
+/// in is already merged, so "unevaluated" means "not matched by this schema's own
+/// `properties`/`additionalProperties`" (or items past `prefixItems`). Left as is beside
+/// applicators that are not merged (`anyOf`, `oneOf`, `if`, `dependentSchemas`, `contains`):
+/// the branches of `anyOf`/`oneOf` receive them, the others are refused anyway.
+fn localize_unevaluated(m: &mut Map<String, Value>) {
+    let unmerged = [
+        "anyOf",
+        "oneOf",
+        "if",
+        "then",
+        "else",
+        "dependentSchemas",
+        "contains",
+        "not",
+    ];
+    if unmerged.iter().any(|k| m.contains_key(*k)) {
+        return;
+    }
+    if let Some(u) = m.remove("unevaluatedProperties") {
+        if !m.contains_key("additionalProperties") && !m.contains_key("patternProperties") {
+            m.insert("additionalProperties".into(), u);
+        }
+    }
+    if let Some(u) = m.remove("unevaluatedItems") {
+        match m.get("items") {
+            // A schema `items` evaluates every item past the prefix.
+            Some(Value::Object(_) | Value::Bool(_)) => {}
+            // Draft-7 tuples: the rest is `additionalItems`.
+            Some(Value::Array(_)) => {
+                m.entry("additionalItems").or_insert(u);
+            }
+            None => {
+                m.insert("items".into(), u);
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// `(prefix schemas, schema of the rest)` of an array schema.
+fn array_shape(m: &Map<String, Value>) -> (Vec<Value>, Value) {
+    match (m.get("prefixItems"), m.get("items")) {
+        (_, Some(Value::Array(tuple))) => (
+            tuple.clone(),
+            m.get("additionalItems")
+                .cloned()
+                .unwrap_or(Value::Bool(true)),
+        ),
+        (Some(Value::Array(p)), items) => (p.clone(), items.cloned().unwrap_or(Value::Bool(true))),
+        (_, items) => (vec![], items.cloned().unwrap_or(Value::Bool(true))),
+    }
+}
+
+/// `{"allOf": [a, b]}`, simplified when either is `true`/`{}`.
+fn all_of(a: &Value, b: &Value) -> Value {
+    let trivial = |v: &Value| *v == Value::Bool(true) || v.as_object().is_some_and(Map::is_empty);
+    if trivial(a) {
+        return b.clone();
+    }
+    if trivial(b) || a == b {
+        return a.clone();
+    }
+    if *a == Value::Bool(false) || *b == Value::Bool(false) {
+        return Value::Bool(false);
+    }
+    serde_json::json!({"allOf": [a, b]})
+}
+
+/// A `{"enum": []}` stand-in for the `false` schema after flattening.
+fn false_schema() -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("enum".into(), Value::Array(vec![]));
+    m
+}
+
+struct Compiler<'a> {
+    root: &'a Value,
+    draft: Draft,
+    /// `$ref`s being inlined, outermost first: a repeat is recursion.
+    refs: Vec<String>,
+    /// JSON pointer of the subschema being compiled, for messages.
+    path: Vec<String>,
+    visits: usize,
+    /// Free-form values by depth, built once.
+    any_cache: Vec<Option<Node>>,
+    free_depth: u32,
+}
+
+impl<'a> Compiler<'a> {
+    fn new(root: &'a Value, free_depth: u32) -> Self {
+        let draft = match root.get("$schema").and_then(Value::as_str) {
+            Some(s) if s.contains("draft-04") => Draft::D4,
+            Some(s) if s.contains("draft-06") => Draft::D6,
+            Some(s) if s.contains("draft-07") => Draft::D7,
+            Some(s) if s.contains("2019-09") => Draft::D2019,
+            _ => Draft::D2020,
+        };
+        Compiler {
+            root,
+            draft,
+            refs: Vec::new(),
+            path: Vec::new(),
+            visits: 0,
+            any_cache: vec![None; free_depth as usize + 1],
+            free_depth,
+        }
+    }
+
+    fn here(&self) -> String {
+        if self.path.is_empty() {
+            "#".into()
+        } else {
+            format!("#/{}", self.path.join("/"))
+        }
+    }
+
+    fn at<T>(&mut self, seg: &str, f: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
+        self.path.push(seg.to_owned());
+        let r = f(self);
+        self.path.pop();
+        r
+    }
+
+    fn schema(&mut self, s: &Value) -> R<Node> {
+        self.visits += 1;
+        if self.visits > MAX_SCHEMA_EXPANSION {
+            return Err(Fail::Limit(format!(
+                "inlining visits more than {MAX_SCHEMA_EXPANSION} subschemas (the schema expansion limit)"
+            )));
+        }
+        match s {
+            Value::Bool(true) => return Ok(self.any_value(self.free_depth)),
+            Value::Bool(false) => return Ok(Node::Nothing),
+            Value::Object(_) => {}
+            _ => {
+                return Err(Fail::Invalid(format!(
+                    "the schema at {} must be an object or a boolean",
+                    self.here()
+                )))
+            }
+        }
+        let depth = self.refs.len();
+        let r = self.flatten(s).and_then(|m| self.flat_schema(&m));
+        self.refs.truncate(depth);
+        r
+    }
+
+    /// A schema with `$ref` and `allOf` merged in (refs stay on the stack until the caller
+    /// truncates it).
+    fn flatten(&mut self, s: &Value) -> R<Map<String, Value>> {
+        let m = match s {
+            Value::Bool(true) => return Ok(Map::new()),
+            Value::Bool(false) => return Ok(false_schema()),
+            Value::Object(m) => m,
+            _ => {
+                return Err(Fail::Invalid(format!(
+                    "the schema at {} must be an object or a boolean",
+                    self.here()
+                )))
+            }
+        };
+        self.visits += 1;
+        if self.visits > MAX_SCHEMA_EXPANSION {
+            return Err(Fail::Limit(format!(
+                "inlining visits more than {MAX_SCHEMA_EXPANSION} subschemas (the schema expansion limit)"
+            )));
+        }
+        let mut out: Map<String, Value> = m
+            .iter()
+            .filter(|(k, _)| *k != "$ref" && *k != "allOf")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let here = self.here();
+        if let Some(r) = m.get("$ref") {
+            let r = r
+                .as_str()
+                .ok_or_else(|| Fail::Invalid(format!("`$ref` at {here} must be a string")))?;
+            if self.refs.iter().any(|x| x == r) {
+                return Err(Fail::Invalid(format!(
+                    "`$ref` `{r}` at {here} is recursive; a regex cannot nest without bound (a recursive schema needs guided_grammar)"
+                )));
+            }
+            let target = self.resolve(r)?;
+            self.refs.push(r.to_owned());
+            let t = self.flatten(target)?;
+            out = merge(out, t, &here)?;
+        }
+        if let Some(all) = m.get("allOf") {
+            let all = all
+                .as_array()
+                .ok_or_else(|| Fail::Invalid(format!("`allOf` at {here} must be an array")))?;
+            for sub in all {
+                let f = self.flatten(sub)?;
+                out = merge(out, f, &here)?;
+            }
+        }
+        localize_unevaluated(&mut out);
+        Ok(out)
+    }
+
+    fn resolve(&self, r: &str) -> R<&'a Value> {
+        let here = self.here();
+        let Some(pointer) = r.strip_prefix('#') else {
+            return Err(Fail::Invalid(format!(
+                "`$ref` `{r}` at {here} is not a local reference (`#/...`); external documents are not fetched"
+            )));
+        };
+        if !pointer.is_empty() && !pointer.starts_with('/') {
+            return Err(Fail::Invalid(format!(
+                "`$ref` `{r}` at {here} names an anchor; only JSON-pointer references are supported"
+            )));
+        }
+        let decoded = percent_decode(pointer);
+        self.root.pointer(&decoded).ok_or_else(|| {
+            Fail::Invalid(format!(
+                "`$ref` `{r}` at {here} points to nothing in the schema"
+            ))
+        })
+    }
+
+    fn flat_schema(&mut self, m: &Map<String, Value>) -> R<Node> {
+        let here = self.here();
+        for key in ["not", "$dynamicRef", "$recursiveRef", "disallow", "extends"] {
+            if m.contains_key(key) {
+                return Err(unsupported(key, &here, "not expressible as a regex here"));
+            }
+        }
+        if m.contains_key("if") && (m.contains_key("then") || m.contains_key("else")) {
+            return Err(unsupported("if", &here, "conditional subschemas"));
+        }
+        // anyOf / oneOf: distribute the rest of the schema into each branch.
+        if m.contains_key("anyOf") || m.contains_key("oneOf") {
+            return self.branches(m);
+        }
+        if m.contains_key("enum") || m.contains_key("const") {
+            return self.fixed_values(m);
+        }
+        let types = emitted_types(m, &here)?;
+        let mut alts = Vec::new();
+        for t in TYPES {
+            if !types.contains(t) || (t == "integer" && types.contains("number")) {
+                continue;
+            }
+            alts.push(match t {
+                "null" => Node::lit("null"),
+                "boolean" => Node::alt(vec![Node::lit("true"), Node::lit("false")]),
+                "integer" => self.integer(m, false)?,
+                "number" => self.number(m)?,
+                "string" => self.string(m)?,
+                "array" => self.array(m)?,
+                _ => self.object(m)?,
+            });
+        }
+        Ok(Node::alt(alts))
+    }
+
+    fn branches(&mut self, m: &Map<String, Value>) -> R<Node> {
+        let here = self.here();
+        let mut base = m.clone();
+        let any_of = base.remove("anyOf");
+        let one_of = base.remove("oneOf");
+        let list = |v: Option<Value>, k: &str| -> R<Option<Vec<Value>>> {
+            match v {
+                None => Ok(None),
+                Some(Value::Array(a)) if !a.is_empty() => Ok(Some(a)),
+                Some(_) => Err(Fail::Invalid(format!(
+                    "`{k}` at {here} must be a non-empty array"
+                ))),
+            }
+        };
+        let any_of = list(any_of, "anyOf")?;
+        let one_of = list(one_of, "oneOf")?;
+        let mut alts = Vec::new();
+        let any_list = any_of.unwrap_or_else(|| vec![Value::Bool(true)]);
+        for (i, a) in any_list.iter().enumerate() {
+            let depth = self.refs.len();
+            let result = (|| {
+                let fa = self.at(&format!("anyOf/{i}"), |c| c.flatten(a))?;
+                let with_a = merge(base.clone(), fa, &here)?;
+                match &one_of {
+                    None => self.flat_schema(&with_a),
+                    Some(ones) => {
+                        let mut merged = Vec::new();
+                        for (j, o) in ones.iter().enumerate() {
+                            let fo = self.at(&format!("oneOf/{j}"), |c| c.flatten(o))?;
+                            merged.push(merge(with_a.clone(), fo, &here)?);
+                        }
+                        // Branches that emit nothing do not count.
+                        let mut nodes = Vec::new();
+                        let mut live = Vec::new();
+                        for (j, b) in merged.iter().enumerate() {
+                            let n = self.at(&format!("oneOf/{j}"), |c| c.flat_schema(b))?;
+                            if n != Node::Nothing {
+                                nodes.push(n);
+                                live.push(j);
+                            }
+                        }
+                        for &x in &live {
+                            for &y in &live {
+                                if x != y && !excludes(&merged[x], &merged[y], &here)? {
+                                    return Err(Fail::Invalid(format!(
+                                        "`oneOf` at {here}: a value of branch {x} may also match branch {y}, and oneOf needs exactly one; the compiler only accepts branches it can prove exclusive (different types, `const`/`enum` values of a required property, required keys)"
+                                    )));
+                                }
+                            }
+                        }
+                        Ok(Node::alt(nodes))
+                    }
+                }
+            })();
+            self.refs.truncate(depth);
+            alts.push(result?);
+        }
+        Ok(Node::alt(alts))
+    }
+
+    fn fixed_values(&mut self, m: &Map<String, Value>) -> R<Node> {
+        let here = self.here();
+        let mut values: Vec<Value> = match m.get("enum") {
+            Some(Value::Array(a)) => a.clone(),
+            Some(_) => return Err(Fail::Invalid(format!("`enum` at {here} must be an array"))),
+            None => vec![m["const"].clone()],
+        };
+        if let Some(c) = m.get("const") {
+            values.retain(|v| same_value(v, c));
+        }
+        let mut rest = m.clone();
+        rest.remove("enum");
+        rest.remove("const");
+        if let Some(types) = explicit_types(&rest, &here)? {
+            values.retain(|v| type_in(type_of(v), &types));
+            rest.remove("type");
+        }
+        let constrained = rest.keys().any(|k| is_validation_key(k));
+        if constrained {
+            let n = self.flat_schema(&rest)?;
+            values.retain(|v| n.matches(canonical_json(v).as_bytes()));
+        }
+        Ok(Node::alt(values.iter().map(value_node).collect()))
+    }
+
+    fn bounds(&self, m: &Map<String, Value>) -> R<(Option<FBound>, Option<FBound>)> {
+        let here = self.here();
+        let mut lo: Option<(f64, bool)> = None;
+        let mut hi: Option<(f64, bool)> = None;
+        let tighter_lo = |cur: Option<(f64, bool)>, new: (f64, bool)| match cur {
+            Some(c) if c.0 > new.0 || (c.0 == new.0 && c.1) => Some(c),
+            _ => Some(new),
+        };
+        let tighter_hi = |cur: Option<(f64, bool)>, new: (f64, bool)| match cur {
+            Some(c) if c.0 < new.0 || (c.0 == new.0 && c.1) => Some(c),
+            _ => Some(new),
+        };
+        let ex_min_bool = m.get("exclusiveMinimum").and_then(Value::as_bool);
+        let ex_max_bool = m.get("exclusiveMaximum").and_then(Value::as_bool);
+        if let Some(v) = m.get("minimum") {
+            lo = tighter_lo(
+                lo,
+                (as_f64(v, "minimum", &here)?, ex_min_bool == Some(true)),
+            );
+        }
+        if let Some(v) = m.get("maximum") {
+            hi = tighter_hi(
+                hi,
+                (as_f64(v, "maximum", &here)?, ex_max_bool == Some(true)),
+            );
+        }
+        if let Some(v) = m.get("exclusiveMinimum").filter(|v| v.is_number()) {
+            lo = tighter_lo(lo, (as_f64(v, "exclusiveMinimum", &here)?, true));
+        }
+        if let Some(v) = m.get("exclusiveMaximum").filter(|v| v.is_number()) {
+            hi = tighter_hi(hi, (as_f64(v, "exclusiveMaximum", &here)?, true));
+        }
+        Ok((lo, hi))
+    }
+
+    fn integer(&mut self, m: &Map<String, Value>, from_number: bool) -> R<Node> {
+        let here = self.here();
+        if m.contains_key("divisibleBy") {
+            return Err(unsupported("divisibleBy", &here, "draft-3 keyword"));
+        }
+        let (lo, hi) = self.bounds(m)?;
+        // 10^38 - 1 fits u128 digit ranges; a farther bound allows every integer we emit.
+        const FAR: f64 = 1e38;
+        let lo_i = lo.map(|(v, ex)| if ex { v.floor() + 1.0 } else { v.ceil() });
+        let hi_i = hi.map(|(v, ex)| if ex { v.ceil() - 1.0 } else { v.floor() });
+        let lo_i: Option<i128> = match lo_i {
+            Some(v) if v > FAR => return Ok(Node::Nothing),
+            Some(v) if v < -FAR => Some(-(10i128.pow(38) - 1)),
+            Some(v) => Some(v as i128),
+            None => None,
+        };
+        let hi_i: Option<i128> = match hi_i {
+            Some(v) if v < -FAR => return Ok(Node::Nothing),
+            Some(v) if v > FAR => Some(10i128.pow(38) - 1),
+            Some(v) => Some(v as i128),
+            None => None,
+        };
+        let bounded = lo_i.is_some() || hi_i.is_some();
+        if let Some(k) = m.get("multipleOf") {
+            let k = as_f64(k, "multipleOf", &here)?;
+            if k.fract() != 0.0 || k <= 0.0 {
+                if from_number {
+                    return Err(unsupported(
+                        "multipleOf",
+                        &here,
+                        "a non-integer step on numbers",
+                    ));
+                }
+                // An integer multiple of 0.5, 0.25 ...: every integer when 1/k is an integer.
+                let inv = 1.0 / k;
+                if k > 0.0 && inv.fract() == 0.0 {
+                    return Ok(number::integer_range(lo_i, hi_i));
+                }
+                return Err(unsupported(
+                    "multipleOf",
+                    &here,
+                    "a step that is not an integer",
+                ));
+            }
+            let k = k as u64;
+            if k != 1 {
+                if bounded {
+                    return Err(unsupported(
+                        "multipleOf",
+                        &here,
+                        "a step other than 1 together with bounds",
+                    ));
+                }
+                return multiples(k).ok_or_else(|| {
+                    unsupported("multipleOf", &here, "a step that does not divide 100")
+                });
+            }
+        }
+        Ok(number::integer_range(lo_i, hi_i))
+    }
+
+    fn number(&mut self, m: &Map<String, Value>) -> R<Node> {
+        let here = self.here();
+        if let Some(k) = m.get("multipleOf") {
+            let kf = as_f64(k, "multipleOf", &here)?;
+            if kf.fract() == 0.0 && kf > 0.0 {
+                return self.integer(m, true);
+            }
+            return Err(unsupported(
+                "multipleOf",
+                &here,
+                "a non-integer step on numbers (validators divide in floating point)",
+            ));
+        }
+        let (lo, hi) = self.bounds(m)?;
+        if lo.is_none() && hi.is_none() {
+            return Ok(number::any_number());
+        }
+        let to_bound = |b: Option<(f64, bool)>, key: &str| -> R<Option<Bound>> {
+            match b {
+                None => Ok(None),
+                Some((v, ex)) if v.fract() == 0.0 && v.abs() < 1e30 => Ok(Some(Bound {
+                    value: v as i128,
+                    exclusive: ex,
+                })),
+                Some((v, _)) => Err(unsupported(
+                    key,
+                    &here,
+                    &format!("number bound {v} is not an integer; number bounds must be integers"),
+                )),
+            }
+        };
+        let lo = to_bound(lo, "minimum")?;
+        let hi = to_bound(hi, "maximum")?;
+        Ok(number::number_range(lo, hi))
+    }
+
+    fn string(&mut self, m: &Map<String, Value>) -> R<Node> {
+        let here = self.here();
+        if self.draft <= Draft::D7 {
+            for k in ["contentEncoding", "contentMediaType"] {
+                if m.contains_key(k) {
+                    return Err(unsupported(k, &here, "an assertion before draft 2019-09"));
+                }
+            }
+        }
+        let min = m
+            .get("minLength")
+            .map(|v| as_count(v, "minLength", &here))
+            .transpose()?;
+        let max = m
+            .get("maxLength")
+            .map(|v| as_count(v, "maxLength", &here))
+            .transpose()?;
+        let mut content: Option<(Node, &str)> = None;
+        if let Some(p) = m.get("pattern") {
+            let p = p
+                .as_str()
+                .ok_or_else(|| Fail::Invalid(format!("`pattern` at {here} must be a string")))?;
+            let n = string::pattern_content(p)
+                .map_err(|why| unsupported("pattern", &here, &format!("`{p}` uses {why}")))?;
+            content = Some((n, "pattern"));
+        }
+        if let Some(f) = m.get("format").and_then(Value::as_str) {
+            match string::format_regex(f) {
+                Some(re) => {
+                    if content.is_some() {
+                        return Err(unsupported("format", &here, "together with `pattern`"));
+                    }
+                    content = Some((string::exact_content(re), "format"));
+                }
+                None if KNOWN_FORMATS.contains(&f) => {
+                    return Err(unsupported(
+                        "format",
+                        &here,
+                        &format!("format `{f}` has no regex here"),
+                    ))
+                }
+                None => {}
+            }
+        }
+        let body = match content {
+            Some((n, what)) => {
+                if min.is_some() || max.is_some() {
+                    let (lo, hi) = n.char_len();
+                    let fits = min.is_none_or(|m| lo >= u64::from(m))
+                        && max.is_none_or(|m| hi.is_some_and(|h| h <= u64::from(m)));
+                    if !fits {
+                        match clamp_lengths(&n, min.unwrap_or(0), max) {
+                            Some(c) => return Ok(string::string_node(&c)),
+                            None => {
+                                return Err(unsupported(
+                                    "minLength/maxLength",
+                                    &here,
+                                    &format!(
+                                        "lengths together with a `{what}` that does not imply them"
+                                    ),
+                                ))
+                            }
+                        }
+                    }
+                }
+                return Ok(string::string_node(&n));
+            }
+            None => match (min, max) {
+                (None | Some(0), None) => Node::repeat(string::any_unit(), 0, None),
+                (lo, hi) => Node::repeat(string::counted_unit(), lo.unwrap_or(0), hi),
+            },
+        };
+        Ok(Node::concat(vec![Node::lit("\""), body, Node::lit("\"")]))
+    }
+
+    fn array(&mut self, m: &Map<String, Value>) -> R<Node> {
+        let here = self.here();
+        for k in ["contains", "minContains", "maxContains"] {
+            if m.contains_key(k) {
+                return Err(unsupported(k, &here, "counting matching items"));
+            }
+        }
+        let min = m
+            .get("minItems")
+            .map(|v| as_count(v, "minItems", &here))
+            .transpose()?
+            .unwrap_or(0);
+        let max = m
+            .get("maxItems")
+            .map(|v| as_count(v, "maxItems", &here))
+            .transpose()?;
+        if m.get("uniqueItems") == Some(&Value::Bool(true)) && max.is_none_or(|x| x > 1) {
+            return Err(unsupported(
+                "uniqueItems",
+                &here,
+                "items must differ from each other",
+            ));
+        }
+        let (prefix, rest): (Vec<Value>, Value) = match (m.get("prefixItems"), m.get("items")) {
+            (_, Some(Value::Array(tuple))) => (
+                tuple.clone(),
+                m.get("additionalItems")
+                    .cloned()
+                    .unwrap_or(Value::Bool(true)),
+            ),
+            (Some(Value::Array(p)), items) => (
+                p.clone(),
+                items
+                    .or(m.get("unevaluatedItems"))
+                    .cloned()
+                    .unwrap_or(Value::Bool(true)),
+            ),
+            (_, items) => (
+                vec![],
+                items
+                    .or(m.get("unevaluatedItems"))
+                    .cloned()
+                    .unwrap_or(Value::Bool(true)),
+            ),
+        };
+        let limit = max.map_or(prefix.len(), |x| prefix.len().min(x as usize));
+        let mut prefix_nodes = Vec::new();
+        for (i, p) in prefix.iter().take(limit).enumerate() {
+            let key = if m.contains_key("prefixItems") {
+                "prefixItems"
+            } else {
+                "items"
+            };
+            prefix_nodes.push(self.at(&format!("{key}/{i}"), |c| c.schema(p))?);
+        }
+        let rest_node = if max.is_some_and(|x| x as usize <= prefix.len()) {
+            Node::Nothing
+        } else {
+            let key = if prefix.is_empty() {
+                "items"
+            } else {
+                "additionalItems"
+            };
+            self.at(key, |c| c.schema(&rest))?
+        };
+        let k = prefix_nodes.len() as u32;
+        let body = if k == 0 {
+            Node::list(rest_node, sep(), min, max)
+        } else {
+            // from(i): items i.. after i items were emitted.
+            let mut tail = Node::repeat(
+                Node::concat(vec![sep(), rest_node]),
+                min.saturating_sub(k),
+                max.map(|x| x.saturating_sub(k)),
+            );
+            for i in (1..k).rev() {
+                let step = Node::concat(vec![sep(), prefix_nodes[i as usize].clone(), tail]);
+                tail = if i >= min { Node::opt(step) } else { step };
+            }
+            let first = Node::concat(vec![prefix_nodes[0].clone(), tail]);
+            if min == 0 {
+                Node::opt(first)
+            } else {
+                first
+            }
+        };
+        Ok(Node::concat(vec![Node::lit("["), body, Node::lit("]")]))
+    }
+
+    fn object(&mut self, m: &Map<String, Value>) -> R<Node> {
+        let here = self.here();
+        if m.get("patternProperties")
+            .is_some_and(|p| p.as_object().is_none_or(|o| !o.is_empty()))
+        {
+            return Err(unsupported(
+                "patternProperties",
+                &here,
+                "keys matching patterns",
+            ));
+        }
+        let empty = Map::new();
+        let props = match m.get("properties") {
+            None => &empty,
+            Some(Value::Object(p)) => p,
+            Some(_) => {
+                return Err(Fail::Invalid(format!(
+                    "`properties` at {here} must be an object"
+                )))
+            }
+        };
+        let required: BTreeSet<String> = match m.get("required") {
+            None => BTreeSet::new(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
+            Some(Value::Bool(_)) => BTreeSet::new(), // draft 3, ignored by later validators
+            Some(_) => {
+                return Err(Fail::Invalid(format!(
+                    "`required` at {here} must be an array"
+                )))
+            }
+        };
+        // Extra keys: explicit true/schema; a bare object (no properties) is free-form.
+        // Keys beside `properties` are checked by additionalProperties, else (when an
+        // applicator's branch was merged in) by unevaluatedProperties.
+        let extra_schema = m
+            .get("additionalProperties")
+            .or_else(|| m.get("unevaluatedProperties"));
+        let extra: Option<Value> = match extra_schema {
+            Some(Value::Bool(false)) => None,
+            Some(v) => Some(v.clone()),
+            None if props.is_empty() => Some(Value::Bool(true)),
+            None => None,
+        };
+        // propertyNames: listed keys must satisfy it; extra keys only without listed ones.
+        let names_node = match m.get("propertyNames") {
+            None => None,
+            Some(pn) => {
+                let mut s = self.at("propertyNames", |c| c.flatten(pn))?;
+                s = merge(
+                    s,
+                    [("type".to_string(), Value::String("string".into()))]
+                        .into_iter()
+                        .collect(),
+                    &here,
+                )?;
+                Some(self.at("propertyNames", |c| c.flat_schema(&s))?)
+            }
+        };
+        let key_ok = |k: &str| {
+            names_node.as_ref().is_none_or(|n| {
+                n.matches(
+                    serde_json::to_string(k)
+                        .expect("strings serialize")
+                        .as_bytes(),
+                )
+            })
+        };
+        let mut keys: BTreeSet<String> = props.keys().cloned().collect();
+        keys.extend(required.iter().cloned());
+        let mut items: Vec<(String, Node, bool)> = Vec::new();
+        for k in &keys {
+            let is_req = required.contains(k);
+            if !key_ok(k) {
+                if is_req {
+                    return Ok(Node::Nothing);
+                }
+                continue;
+            }
+            // A required key outside `properties` takes the additionalProperties schema
+            // (any value when it is absent); `additionalProperties: false` forbids it.
+            let schema = match (props.get(k), extra_schema) {
+                (Some(s), _) => s.clone(),
+                (None, Some(Value::Bool(false))) => return Ok(Node::Nothing),
+                (None, Some(x)) => x.clone(),
+                (None, None) => Value::Bool(true),
+            };
+            let value = self.at(&format!("properties/{}", pointer_escape(k)), |c| {
+                c.schema(&schema)
+            })?;
+            if value == Node::Nothing {
+                if is_req {
+                    return Ok(Node::Nothing);
+                }
+                continue;
+            }
+            items.push((k.clone(), value, is_req));
+        }
+        let r = items.iter().filter(|x| x.2).count() as u32;
+        let listed = items.len() as u32;
+        let min_p = m
+            .get("minProperties")
+            .map(|v| as_count(v, "minProperties", &here))
+            .transpose()?
+            .unwrap_or(0);
+        let max_p = m
+            .get("maxProperties")
+            .map(|v| as_count(v, "maxProperties", &here))
+            .transpose()?;
+        if max_p.is_some_and(|x| x < r) {
+            return Ok(Node::Nothing);
+        }
+        let mut extra_max: Option<u32> = None;
+        if let Some(x) = max_p {
+            if listed > x {
+                return Err(unsupported(
+                    "maxProperties",
+                    &here,
+                    "counting optional properties",
+                ));
+            }
+            extra_max = Some(x - listed);
+        }
+        let extras_possible = extra.is_some() && extra_max != Some(0);
+        let nonempty = if min_p <= r {
+            false
+        } else if min_p == 1 {
+            true
+        } else if min_p <= r + 1 && listed == r && extras_possible {
+            // Only extra keys can add to the count: require at least min_p - r of them.
+            true
+        } else {
+            return Err(unsupported(
+                "minProperties",
+                &here,
+                "counting optional properties",
+            ));
+        };
+        // Dependencies: fine when they can never fire or always hold.
+        let emitted: BTreeSet<&str> = items.iter().map(|x| x.0.as_str()).collect();
+        let always: BTreeSet<&str> = items.iter().filter(|x| x.2).map(|x| x.0.as_str()).collect();
+        for dk in ["dependentRequired", "dependencies", "dependentSchemas"] {
+            let Some(Value::Object(deps)) = m.get(dk) else {
+                if m.contains_key(dk) {
+                    return Err(Fail::Invalid(format!("`{dk}` at {here} must be an object")));
+                }
+                continue;
+            };
+            for (trigger, dep) in deps {
+                let fires = emitted.contains(trigger.as_str()) || extra.is_some();
+                if !fires {
+                    continue;
+                }
+                let holds = match dep {
+                    Value::Array(names) if dk != "dependentSchemas" => names
+                        .iter()
+                        .all(|n| n.as_str().is_some_and(|n| always.contains(n))),
+                    Value::Bool(true) => true,
+                    Value::Object(o) if o.is_empty() => true,
+                    _ => false,
+                };
+                if !holds {
+                    return Err(unsupported(dk, &here, "properties that depend on others"));
+                }
+            }
+        }
+        let mut seq_items: Vec<(Node, bool)> = items
+            .into_iter()
+            .map(|(k, v, req)| (Node::concat(vec![key_lit(&k), colon(), v]), req))
+            .collect();
+        if let Some(x) = extra.filter(|_| extras_possible) {
+            if names_node.is_some() && !keys.is_empty() {
+                return Err(unsupported(
+                    "propertyNames",
+                    &here,
+                    "constraining extra keys beside listed properties",
+                ));
+            }
+            let key = match &names_node {
+                Some(n) => n.clone(),
+                None => {
+                    let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+                    string::string_node(&string::none_of(&names))
+                }
+            };
+            let value = self.at("additionalProperties", |c| c.schema(&x))?;
+            if value != Node::Nothing {
+                let item = Node::concat(vec![key, colon(), value]);
+                let min_extra = if nonempty && listed == r && r < min_p {
+                    min_p - r
+                } else {
+                    1
+                };
+                seq_items.push((Node::list(item, sep(), min_extra, extra_max), false));
+            }
+        }
+        let body = Node::seq(seq_items, sep(), nonempty && r == 0);
+        Ok(Node::concat(vec![Node::lit("{"), body, Node::lit("}")]))
+    }
+
+    /// Any JSON value nested at most `depth` levels.
+    fn any_value(&mut self, depth: u32) -> Node {
+        if let Some(n) = &self.any_cache[depth as usize] {
+            return n.clone();
+        }
+        let any_string = Node::concat(vec![
+            Node::lit("\""),
+            Node::repeat(string::any_unit(), 0, None),
+            Node::lit("\""),
+        ]);
+        let mut alts = vec![
+            Node::lit("null"),
+            Node::lit("true"),
+            Node::lit("false"),
+            number::any_number(),
+            any_string.clone(),
+        ];
+        if depth > 0 {
+            let inner = self.any_value(depth - 1);
+            alts.push(Node::concat(vec![
+                Node::lit("["),
+                Node::list(inner.clone(), sep(), 0, None),
+                Node::lit("]"),
+            ]));
+            alts.push(Node::concat(vec![
+                Node::lit("{"),
+                Node::list(
+                    Node::concat(vec![any_string, colon(), inner]),
+                    sep(),
+                    0,
+                    None,
+                ),
+                Node::lit("}"),
+            ]));
+        }
+        let n = Node::alt(alts);
+        self.any_cache[depth as usize] = Some(n.clone());
+        n
+    }
+}
+
+/// Formats a validator checks; a name outside this list is an annotation.
+const KNOWN_FORMATS: &[&str] = &[
+    "date",
+    "time",
+    "date-time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Cuts a pattern's language down to lengths `[min, max]` where its shape allows it exactly:
+/// an optional fixed prefix and suffix around one repeated class.
+fn clamp_lengths(n: &Node, min: u32, max: Option<u32>) -> Option<Node> {
+    let parts: Vec<Node> = match n {
+        Node::Concat(p) => p.clone(),
+        other => vec![other.clone()],
+    };
+    let reps: Vec<usize> = parts
+        .iter()
+        .enumerate()
+        .filter(
+            |(_, p)| matches!(p, Node::Repeat(inner, _, _) if matches!(**inner, Node::Class(_))),
+        )
+        .map(|(i, _)| i)
+        .collect();
+    if reps.len() != 1 {
+        return None;
+    }
+    let mut fixed = 0u64;
+    for (i, p) in parts.iter().enumerate() {
+        if i == reps[0] {
+            continue;
+        }
+        let (lo, hi) = p.char_len();
+        if Some(lo) != hi {
+            return None;
+        }
+        fixed += lo;
+    }
+    let Node::Repeat(inner, a, b) = &parts[reps[0]] else {
+        return None;
+    };
+    let lo = (u64::from(min).saturating_sub(fixed)).max(u64::from(*a));
+    let hi = match (max.map(|m| u64::from(m).checked_sub(fixed)), b) {
+        (Some(None), _) => return Some(Node::Nothing),
+        (Some(Some(m)), Some(b)) => Some(m.min(u64::from(*b))),
+        (Some(Some(m)), None) => Some(m),
+        (None, b) => b.map(u64::from),
+    };
+    let lo = u32::try_from(lo).ok()?;
+    let hi = hi.map(u32::try_from).transpose().ok()?;
+    let mut out = parts.clone();
+    out[reps[0]] = Node::repeat((**inner).clone(), lo, hi);
+    Some(Node::concat(out))
+}
+
+/// Integers that are multiples of `k`, for `k` dividing 100 (decided by the last two digits).
+fn multiples(k: u64) -> Option<Node> {
+    if k == 0 || 100 % k != 0 {
+        return None;
+    }
+    let endings: Vec<u64> = (0..100).filter(|x| x % k == 0).collect();
+    let two = |x: u64| Node::lit(format!("{x:02}"));
+    // Positive multiples: one digit, two digits, or longer with a two-digit ending.
+    let mut pos = Vec::new();
+    for &x in &endings {
+        if x > 0 {
+            pos.push(Node::lit(x.to_string()));
+        }
+    }
+    pos.push(Node::concat(vec![
+        Node::class(vec![('1', '9')]),
+        Node::repeat(Node::class(vec![('0', '9')]), 0, None),
+        Node::alt(endings.iter().map(|&x| two(x)).collect()),
+    ]));
+    let pos = Node::alt(pos);
+    Some(Node::alt(vec![
+        Node::lit("0"),
+        Node::concat(vec![Node::opt(Node::lit("-")), pos]),
+    ]))
+}
+
+/// A key as one JSON-pointer segment.
+fn pointer_escape(k: &str) -> String {
+    k.replace('~', "~0").replace('/', "~1")
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
+}
+
+/// Whether no value emitted for schema `a` is valid under schema `b` (both flattened).
+/// Conservative: `false` when unsure.
+fn excludes(a: &Map<String, Value>, b: &Map<String, Value>, path: &str) -> R<bool> {
+    let ta = emitted_types(a, path)?;
+    // The types b accepts: its `type`, else all of them.
+    let tb = explicit_types(b, path)?.unwrap_or_else(|| TYPES.into_iter().collect());
+    let b_values: Option<Vec<Value>> = match (b.get("enum"), b.get("const")) {
+        (Some(Value::Array(e)), _) => Some(e.clone()),
+        (_, Some(c)) => Some(vec![c.clone()]),
+        _ => None,
+    };
+    let a_values: Option<Vec<Value>> = match (a.get("enum"), a.get("const")) {
+        (Some(Value::Array(e)), _) => Some(e.clone()),
+        (_, Some(c)) => Some(vec![c.clone()]),
+        _ => None,
+    };
+    if let Some(av) = &a_values {
+        // Every emitted value is one of these: each must fail b's type or b's values.
+        let all_out = av.iter().all(|v| {
+            !type_in(type_of(v), &tb)
+                || b_values
+                    .as_ref()
+                    .is_some_and(|bv| !bv.iter().any(|x| same_value(x, v)))
+        });
+        if all_out {
+            return Ok(true);
+        }
+    }
+    for t in &ta {
+        if *t == "integer" && tb.contains("number")
+            || tb.contains(t)
+            || (*t == "number" && tb.contains("integer"))
+        {
+            // a may emit a value of a type b accepts: need another reason.
+            if let Some(bv) = &b_values {
+                if !bv.iter().any(|v| {
+                    type_in(type_of(v), &[*t].into_iter().collect())
+                        || (*t == "number" && type_of(v) == "integer")
+                }) {
+                    continue;
+                }
+            }
+            if *t == "object" && object_excludes(a, b, path)? {
+                continue;
+            }
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Objects emitted for `a` are all invalid under `b`: a key `b` requires that `a` never
+/// emits, a key `a` always emits that `b` forbids, or an always-emitted key whose values
+/// exclude each other.
+fn object_excludes(a: &Map<String, Value>, b: &Map<String, Value>, path: &str) -> R<bool> {
+    let empty = Map::new();
+    let pa = a
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let pb = b
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let req = |m: &Map<String, Value>| -> BTreeSet<String> {
+        m.get("required")
+            .and_then(Value::as_array)
+            .map(|r| {
+                r.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let ra = req(a);
+    let rb = req(b);
+    // Does a emit keys beside its properties? (the compiler's rule, see `object`)
+    let a_extra = match a.get("additionalProperties") {
+        Some(Value::Bool(false)) => false,
+        Some(_) => true,
+        None => pa.is_empty(),
+    };
+    for k in &rb {
+        if !pa.contains_key(k) && !ra.contains(k) && !a_extra {
+            return Ok(true);
+        }
+    }
+    let b_closed = b.get("additionalProperties") == Some(&Value::Bool(false))
+        && !b.contains_key("patternProperties");
+    for k in &ra {
+        if b_closed && !pb.contains_key(k) {
+            return Ok(true);
+        }
+        if pb.get(k) == Some(&Value::Bool(false)) {
+            return Ok(true);
+        }
+        if let (Some(Value::Object(sa)), Some(Value::Object(sb))) = (pa.get(k), pb.get(k)) {
+            if sa.contains_key("$ref")
+                || sb.contains_key("$ref")
+                || sa.contains_key("allOf")
+                || sb.contains_key("allOf")
+            {
+                continue;
+            }
+            if excludes(sa, sb, path)? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn compile(s: Value) -> JsonSchema {
+        JsonSchema::compile(&s, "guided_json").unwrap()
+    }
+
+    fn err(s: Value) -> String {
+        JsonSchema::compile(&s, "guided_json")
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn canonical_form_sorts_keys_and_shortens_numbers() {
+        let v: Value = serde_json::from_str(r#"{"b":1.0,"a":[1.5,-0.0,1e20,"é\n"]}"#).unwrap();
+        assert_eq!(
+            canonical_json(&v),
+            r#"{"a":[1.5,0,100000000000000000000,"é\n"],"b":1}"#
+                .replace("100000000000000000000", "1e+20")
+        );
+    }
+
+    #[test]
+    fn objects_sort_keys_and_honour_required() {
+        let c = compile(
+            json!({"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"string"}},"required":["b"]}),
+        );
+        let d = c.dfa();
+        for ok in [r#"{"b":1}"#, r#"{"a":"x","b":-2}"#, r#"{"a": "x", "b": 3}"#] {
+            assert!(d.matches(ok.as_bytes()) && c.matches(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            r#"{"a":"x"}"#,
+            r#"{"b":1,"a":"x"}"#,
+            r#"{"b":1,"c":2}"#,
+            r#"{"b":1.5}"#,
+        ] {
+            assert!(!d.matches(bad.as_bytes()), "{bad}");
+        }
+    }
+
+    #[test]
+    fn refs_inline_and_recursion_is_refused() {
+        let c = compile(
+            json!({"$defs":{"p":{"type":"integer","minimum":0}},"type":"array","items":{"$ref":"#/$defs/p"},"maxItems":2}),
+        );
+        assert!(c.matches(b"[1, 2]") && !c.matches(b"[1,2,3]") && !c.matches(b"[-1]"));
+        let e = err(
+            json!({"$defs":{"n":{"type":"object","properties":{"next":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}),
+        );
+        assert!(e.contains("recursive"), "{e}");
+        let e = err(json!({"$ref":"other.json#/x"}));
+        assert!(e.contains("not a local reference"), "{e}");
+    }
+
+    #[test]
+    fn unsupported_keywords_are_named() {
+        let e = err(json!({"type":"array","uniqueItems":true}));
+        assert!(e.contains("`uniqueItems` at #"), "{e}");
+        let e = err(json!({"type":"object","properties":{"x":{"not":{"type":"null"}}}}));
+        assert!(e.contains("`not` at #/properties/x"), "{e}");
+        let e = err(json!({"type":"number","maximum":0.5}));
+        assert!(e.contains("not an integer"), "{e}");
+    }
+
+    #[test]
+    fn one_of_needs_exclusive_branches() {
+        let c = compile(json!({"oneOf":[{"type":"string"},{"type":"integer"}]}));
+        assert!(c.matches(b"\"a\"") && c.matches(b"3"));
+        let e = err(json!({"oneOf":[{"type":"number"},{"type":"integer"}]}));
+        assert!(e.contains("oneOf"), "{e}");
+        let c = compile(json!({"oneOf":[
+            {"type":"object","properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k"]},
+            {"type":"object","properties":{"k":{"const":"b"}},"required":["k"]}]}));
+        assert!(c.matches(br#"{"k":"a","x":1}"#) && c.matches(br#"{"k":"b"}"#));
+    }
+
+    #[test]
+    fn enum_values_are_structural_and_filtered() {
+        let c =
+            compile(json!({"enum":[{"b":1,"a":[true,null]}, "x", 3], "type":["object","string"]}));
+        assert!(c.matches(br#"{"a":[true,null],"b":1}"#));
+        assert!(c.matches(br#"{"a": [true, null], "b": 1}"#));
+        assert!(c.matches(br#""x""#) && !c.matches(b"3"));
+        let c = compile(json!({"enum":["ab","abc"],"maxLength":2}));
+        assert!(c.matches(br#""ab""#) && !c.matches(br#""abc""#));
+    }
+
+    #[test]
+    fn free_form_values_nest_to_the_documented_depth() {
+        let c = compile(json!({}));
+        let deep = "[".repeat(FREE_FORM_DEPTH as usize) + &"]".repeat(FREE_FORM_DEPTH as usize);
+        assert!(c.matches(deep.as_bytes()));
+        assert!(c.matches(br#"{"a":[1,"x",null]}"#) || FREE_FORM_DEPTH < 2);
+    }
+}

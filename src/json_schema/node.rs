@@ -1,0 +1,998 @@
+//! The compiled form of a schema: a small regular-expression IR, rendered three ways.
+//!
+//! - [`Node::to_regex`]: regex-syntax text, the "compiled regex" the spec bounds at 256 KiB.
+//! - [`Node::to_nfa`]: a Thompson NFA built directly, determinized by [`crate::regex::Dfa`].
+//! - [`Node::to_gbnf`]: a llama.cpp GBNF grammar for remote engines.
+//!
+//! All three describe the same language. Two constructs exist only so that the NFA and the
+//! grammar need not repeat an item the way a regex must: [`Node::Seq`] (the properties of an
+//! object, each optional or required, comma-separated in a fixed order) and [`Node::List`]
+//! (array items). A regex for `n` optional properties repeats the tail after each possible
+//! first property (quadratic text); the NFA builds each property once and links them as a
+//! ladder, so the automaton stays linear in the schema.
+
+use regex_automata::nfa::thompson::{self, Builder, Transition, NFA};
+use regex_automata::util::primitives::StateID;
+use regex_syntax::utf8::Utf8Sequences;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+/// Sorted, non-overlapping, non-adjacent ranges of Unicode scalar values.
+pub(crate) type Ranges = Vec<(char, char)>;
+
+/// A regular language over UTF-8 text; see the module docs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Node {
+    /// The empty string.
+    Empty,
+    /// No string at all.
+    Nothing,
+    /// Exactly this text.
+    Lit(String),
+    /// One character from these ranges (never empty; see [`Node::class`]).
+    Class(Ranges),
+    Concat(Vec<Node>),
+    Alt(Vec<Node>),
+    /// `min..=max` repetitions (`None`: unbounded).
+    Repeat(Box<Node>, u32, Option<u32>),
+    /// Items in this order, each present or (when not required) absent, `sep` between two
+    /// present items; with `nonempty`, at least one item is present.
+    Seq {
+        items: Vec<(Node, bool)>,
+        sep: Box<Node>,
+        nonempty: bool,
+    },
+    /// `min..=max` items separated by `sep`.
+    List {
+        item: Box<Node>,
+        sep: Box<Node>,
+        min: u32,
+        max: Option<u32>,
+    },
+}
+
+/// Normalizes ranges: sorted, merged when overlapping or adjacent.
+pub(crate) fn normalize(mut r: Vec<(char, char)>) -> Ranges {
+    r.retain(|(a, b)| a <= b);
+    r.sort();
+    let mut out: Ranges = Vec::with_capacity(r.len());
+    for (a, b) in r {
+        if let Some(last) = out.last_mut() {
+            if (a as u32) <= (last.1 as u32).saturating_add(1) {
+                if b > last.1 {
+                    last.1 = b;
+                }
+                continue;
+            }
+        }
+        out.push((a, b));
+    }
+    out
+}
+
+/// The characters in `a` and not in `b`.
+pub(crate) fn subtract(a: &Ranges, b: &Ranges) -> Ranges {
+    let b = &normalize(b.clone());
+    let mut out = Vec::new();
+    for &(lo, hi) in a {
+        let mut cur = lo as u32;
+        let hi = hi as u32;
+        for &(blo, bhi) in b {
+            let (blo, bhi) = (blo as u32, bhi as u32);
+            if bhi < cur || blo > hi {
+                continue;
+            }
+            if blo > cur {
+                push_u32_range(&mut out, cur, blo - 1);
+            }
+            cur = bhi + 1;
+            if cur > hi {
+                break;
+            }
+        }
+        if cur <= hi {
+            push_u32_range(&mut out, cur, hi);
+        }
+    }
+    normalize(out)
+}
+
+/// The characters in both.
+pub(crate) fn intersect(a: &Ranges, b: &Ranges) -> Ranges {
+    let mut out = Vec::new();
+    for &(alo, ahi) in a {
+        for &(blo, bhi) in b {
+            let lo = alo.max(blo);
+            let hi = ahi.min(bhi);
+            if lo <= hi {
+                out.push((lo, hi));
+            }
+        }
+    }
+    normalize(out)
+}
+
+/// Pushes `lo..=hi` (code points), skipping the surrogate gap.
+fn push_u32_range(out: &mut Vec<(char, char)>, lo: u32, hi: u32) {
+    let pieces = [(lo, hi.min(0xD7FF)), (lo.max(0xE000), hi)];
+    for (a, b) in pieces {
+        if a <= b {
+            if let (Some(a), Some(b)) = (char::from_u32(a), char::from_u32(b)) {
+                out.push((a, b));
+            }
+        }
+    }
+}
+
+pub(crate) fn contains(r: &Ranges, c: char) -> bool {
+    r.iter().any(|&(a, b)| a <= c && c <= b)
+}
+
+impl Node {
+    pub(crate) fn lit(s: impl Into<String>) -> Node {
+        let s = s.into();
+        if s.is_empty() {
+            Node::Empty
+        } else {
+            Node::Lit(s)
+        }
+    }
+
+    pub(crate) fn class(r: Vec<(char, char)>) -> Node {
+        let r = normalize(r);
+        if r.is_empty() {
+            Node::Nothing
+        } else if r.len() == 1 && r[0].0 == r[0].1 {
+            Node::Lit(r[0].0.to_string())
+        } else {
+            Node::Class(r)
+        }
+    }
+
+    pub(crate) fn concat(items: Vec<Node>) -> Node {
+        let mut out: Vec<Node> = Vec::with_capacity(items.len());
+        for n in items {
+            match n {
+                Node::Empty => {}
+                Node::Nothing => return Node::Nothing,
+                Node::Concat(inner) => {
+                    for m in inner {
+                        push_concat(&mut out, m);
+                    }
+                }
+                other => push_concat(&mut out, other),
+            }
+        }
+        match out.len() {
+            0 => Node::Empty,
+            1 => out.pop().expect("one item"),
+            _ => Node::Concat(out),
+        }
+    }
+
+    pub(crate) fn alt(items: Vec<Node>) -> Node {
+        let mut out: Vec<Node> = Vec::with_capacity(items.len());
+        for n in items {
+            match n {
+                Node::Nothing => {}
+                Node::Alt(inner) => {
+                    for m in inner {
+                        if !out.contains(&m) {
+                            out.push(m);
+                        }
+                    }
+                }
+                other => {
+                    if !out.contains(&other) {
+                        out.push(other);
+                    }
+                }
+            }
+        }
+        match out.len() {
+            0 => Node::Nothing,
+            1 => out.pop().expect("one item"),
+            _ => Node::Alt(out),
+        }
+    }
+
+    pub(crate) fn repeat(n: Node, min: u32, max: Option<u32>) -> Node {
+        if let Some(max) = max {
+            if max < min {
+                return Node::Nothing;
+            }
+            if max == 0 {
+                return Node::Empty;
+            }
+        }
+        match n {
+            Node::Empty => Node::Empty,
+            Node::Nothing if min == 0 => Node::Empty,
+            Node::Nothing => Node::Nothing,
+            n if min == 1 && max == Some(1) => n,
+            n => Node::Repeat(Box::new(n), min, max),
+        }
+    }
+
+    pub(crate) fn opt(n: Node) -> Node {
+        Node::repeat(n, 0, Some(1))
+    }
+
+    pub(crate) fn seq(items: Vec<(Node, bool)>, sep: Node, nonempty: bool) -> Node {
+        let mut kept = Vec::with_capacity(items.len());
+        for (n, required) in items {
+            match (n, required) {
+                (Node::Nothing, true) => return Node::Nothing,
+                (Node::Nothing, false) => {}
+                (n, r) => kept.push((n, r)),
+            }
+        }
+        if kept.is_empty() {
+            return if nonempty { Node::Nothing } else { Node::Empty };
+        }
+        if kept.iter().all(|(_, r)| *r) {
+            let mut parts = Vec::new();
+            for (i, (n, _)) in kept.into_iter().enumerate() {
+                if i > 0 {
+                    parts.push(sep.clone());
+                }
+                parts.push(n);
+            }
+            return Node::concat(parts);
+        }
+        Node::Seq {
+            items: kept,
+            sep: Box::new(sep),
+            nonempty,
+        }
+    }
+
+    pub(crate) fn list(item: Node, sep: Node, min: u32, max: Option<u32>) -> Node {
+        if max.is_some_and(|m| m < min) {
+            return Node::Nothing;
+        }
+        if max == Some(0) {
+            return Node::Empty;
+        }
+        match item {
+            Node::Nothing if min == 0 => Node::Empty,
+            Node::Nothing => Node::Nothing,
+            item => Node::List {
+                item: Box::new(item),
+                sep: Box::new(sep),
+                min,
+                max,
+            },
+        }
+    }
+
+    /// The same language without [`Node::Seq`] and [`Node::List`] at the top (children keep
+    /// theirs): the tree a plain regex needs.
+    fn expand(&self) -> Node {
+        match self {
+            Node::Seq {
+                items,
+                sep,
+                nonempty,
+            } => {
+                let n = items.len();
+                // tail(i): the items from i on, after something was emitted.
+                let mut tails = vec![Node::Empty; n + 1];
+                for i in (0..n).rev() {
+                    let (item, required) = &items[i];
+                    let step = Node::concat(vec![(**sep).clone(), item.clone()]);
+                    let step = if *required { step } else { Node::opt(step) };
+                    tails[i] = Node::concat(vec![step, tails[i + 1].clone()]);
+                }
+                let mut alts = Vec::new();
+                let mut saw_required = false;
+                for (j, (item, required)) in items.iter().enumerate() {
+                    alts.push(Node::concat(vec![item.clone(), tails[j + 1].clone()]));
+                    if *required {
+                        saw_required = true;
+                        break;
+                    }
+                }
+                if !saw_required && !nonempty {
+                    alts.push(Node::Empty);
+                }
+                Node::alt(alts)
+            }
+            Node::List {
+                item,
+                sep,
+                min,
+                max,
+            } => {
+                let rest = Node::repeat(
+                    Node::concat(vec![(**sep).clone(), (**item).clone()]),
+                    min.saturating_sub(1),
+                    max.map(|m| m - 1),
+                );
+                let full = Node::concat(vec![(**item).clone(), rest]);
+                if *min == 0 {
+                    Node::opt(full)
+                } else {
+                    full
+                }
+            }
+            other => other.clone(),
+        }
+    }
+
+    /// Renders regex-syntax text; `Err(())` as soon as it passes `limit` bytes.
+    pub(crate) fn to_regex(&self, limit: usize) -> Result<String, ()> {
+        let mut out = String::new();
+        self.write_regex(&mut out, limit)?;
+        Ok(out)
+    }
+
+    fn write_regex(&self, out: &mut String, limit: usize) -> Result<(), ()> {
+        if out.len() > limit {
+            return Err(());
+        }
+        match self {
+            Node::Empty => out.push_str("(?:)"),
+            Node::Nothing => out.push_str(r"[^\x00-\x{10FFFF}]"),
+            Node::Lit(s) => out.push_str(&regex_syntax::escape(s)),
+            Node::Class(r) => write_regex_class(out, r),
+            Node::Concat(items) => {
+                // Alternations render grouped, so children concatenate as they are.
+                for n in items {
+                    n.write_regex(out, limit)?;
+                }
+            }
+            Node::Alt(items) => {
+                out.push_str("(?:");
+                for (i, n) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push('|');
+                    }
+                    n.write_regex(out, limit)?;
+                }
+                out.push(')');
+            }
+            Node::Repeat(n, min, max) => {
+                let atomic = match &**n {
+                    Node::Lit(s) => s.chars().count() == 1,
+                    Node::Class(_) | Node::Alt(_) => true,
+                    _ => false,
+                };
+                if atomic {
+                    n.write_regex(out, limit)?;
+                } else {
+                    out.push_str("(?:");
+                    n.write_regex(out, limit)?;
+                    out.push(')');
+                }
+                match (min, max) {
+                    (0, None) => out.push('*'),
+                    (1, None) => out.push('+'),
+                    (0, Some(1)) => out.push('?'),
+                    (m, None) => {
+                        let _ = write!(out, "{{{m},}}");
+                    }
+                    (m, Some(x)) if m == x => {
+                        let _ = write!(out, "{{{m}}}");
+                    }
+                    (m, Some(x)) => {
+                        let _ = write!(out, "{{{m},{x}}}");
+                    }
+                }
+            }
+            Node::Seq { .. } | Node::List { .. } => {
+                // An expanded Seq is an Alt (grouped); a List is a Concat or a Repeat.
+                let e = self.expand();
+                out.push_str("(?:");
+                e.write_regex(out, limit)?;
+                out.push(')');
+            }
+        }
+        if out.len() > limit {
+            return Err(());
+        }
+        Ok(())
+    }
+
+    /// Length bounds in characters: `(min, max)`, `None` for unbounded.
+    pub(crate) fn char_len(&self) -> (u64, Option<u64>) {
+        match self {
+            Node::Empty => (0, Some(0)),
+            Node::Nothing => (u64::MAX, Some(0)),
+            Node::Lit(s) => {
+                let n = s.chars().count() as u64;
+                (n, Some(n))
+            }
+            Node::Class(_) => (1, Some(1)),
+            Node::Concat(items) => items.iter().fold((0, Some(0)), |(a, b), n| {
+                let (c, d) = n.char_len();
+                (
+                    a.saturating_add(c),
+                    b.zip(d).map(|(x, y)| x.saturating_add(y)),
+                )
+            }),
+            Node::Alt(items) => {
+                let mut lo = u64::MAX;
+                let mut hi = Some(0u64);
+                for n in items {
+                    let (c, d) = n.char_len();
+                    lo = lo.min(c);
+                    hi = hi.zip(d).map(|(x, y)| x.max(y));
+                }
+                (lo, hi)
+            }
+            Node::Repeat(n, min, max) => {
+                let (c, d) = n.char_len();
+                (
+                    c.saturating_mul(u64::from(*min)),
+                    d.zip(*max).map(|(x, m)| x.saturating_mul(u64::from(m))),
+                )
+            }
+            Node::Seq { .. } | Node::List { .. } => self.expand().char_len(),
+        }
+    }
+
+    /// Whether `input` as a whole is in the language (a direct simulation, for short inputs:
+    /// filtering `enum` values, tests).
+    pub(crate) fn matches(&self, input: &[u8]) -> bool {
+        let start: BTreeSet<usize> = [0].into_iter().collect();
+        self.ends(input, &start).contains(&input.len())
+    }
+
+    /// The end positions reachable from any of `starts`.
+    fn ends(&self, s: &[u8], starts: &BTreeSet<usize>) -> BTreeSet<usize> {
+        let mut out = BTreeSet::new();
+        match self {
+            Node::Empty => return starts.clone(),
+            Node::Nothing => {}
+            Node::Lit(l) => {
+                for &p in starts {
+                    if s[p..].starts_with(l.as_bytes()) {
+                        out.insert(p + l.len());
+                    }
+                }
+            }
+            Node::Class(r) => {
+                for &p in starts {
+                    if let Some((c, n)) = decode_char(&s[p..]) {
+                        if contains(r, c) {
+                            out.insert(p + n);
+                        }
+                    }
+                }
+            }
+            Node::Concat(items) => {
+                let mut cur = starts.clone();
+                for n in items {
+                    cur = n.ends(s, &cur);
+                    if cur.is_empty() {
+                        break;
+                    }
+                }
+                return cur;
+            }
+            Node::Alt(items) => {
+                for n in items {
+                    out.extend(n.ends(s, starts));
+                }
+            }
+            Node::Repeat(n, min, max) => {
+                let mut cur = starts.clone();
+                let mut seen: BTreeSet<usize> = BTreeSet::new();
+                let mut i = 0u32;
+                loop {
+                    if i >= *min {
+                        out.extend(cur.iter().copied());
+                    }
+                    if max.is_some_and(|m| i >= m) || cur.is_empty() {
+                        break;
+                    }
+                    let next = n.ends(s, &cur);
+                    i += 1;
+                    if i > *min {
+                        // Past the minimum only new positions matter (the loop is monotone).
+                        let fresh: BTreeSet<usize> =
+                            next.into_iter().filter(|p| !seen.contains(p)).collect();
+                        seen.extend(fresh.iter().copied());
+                        cur = fresh;
+                    } else {
+                        cur = next;
+                    }
+                }
+            }
+            Node::Seq { .. } | Node::List { .. } => return self.expand().ends(s, starts),
+        }
+        out
+    }
+
+    /// Builds the Thompson NFA (anchored, one pattern) under `size_limit` bytes.
+    pub(crate) fn to_nfa(&self, size_limit: usize) -> Result<NFA, Box<thompson::BuildError>> {
+        let mut b = Builder::new();
+        b.set_size_limit(Some(size_limit))?;
+        b.start_pattern()?;
+        let (start, end) = nfa_node(&mut b, self)?;
+        let m = b.add_match()?;
+        b.patch(end, m)?;
+        b.finish_pattern(start)?;
+        Ok(b.build(start, start)?)
+    }
+
+    /// Renders a GBNF grammar whose `root` rule accepts exactly this language.
+    pub(crate) fn to_gbnf(&self) -> String {
+        let mut g = Gbnf::default();
+        let root = g.expr(self);
+        let mut out = format!("root ::= {root}\n");
+        for (name, body) in &g.rules {
+            let _ = writeln!(out, "{name} ::= {body}");
+        }
+        out
+    }
+}
+
+fn push_concat(out: &mut Vec<Node>, n: Node) {
+    if let (Some(Node::Lit(prev)), Node::Lit(next)) = (out.last_mut(), &n) {
+        prev.push_str(next);
+        return;
+    }
+    out.push(n);
+}
+
+fn decode_char(s: &[u8]) -> Option<(char, usize)> {
+    let n = match *s.first()? {
+        0x00..=0x7F => 1,
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF7 => 4,
+        _ => return None,
+    };
+    let text = std::str::from_utf8(s.get(..n)?).ok()?;
+    text.chars().next().map(|c| (c, n))
+}
+
+fn write_regex_class(out: &mut String, r: &Ranges) {
+    let one = |out: &mut String, c: char| {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else {
+            let _ = write!(out, "\\x{{{:X}}}", c as u32);
+        }
+    };
+    out.push('[');
+    for &(a, b) in r {
+        one(out, a);
+        if b != a {
+            out.push('-');
+            one(out, b);
+        }
+    }
+    out.push(']');
+}
+
+type Frag = (StateID, StateID);
+
+/// Compiles `n` to a fragment whose `end` is an empty state still to be patched.
+fn nfa_node(b: &mut Builder, n: &Node) -> Result<Frag, Box<thompson::BuildError>> {
+    match n {
+        Node::Empty => {
+            let e = b.add_empty()?;
+            Ok((e, e))
+        }
+        Node::Nothing => {
+            let s = b.add_union(vec![])?;
+            let e = b.add_empty()?;
+            Ok((s, e))
+        }
+        Node::Lit(s) => {
+            let end = b.add_empty()?;
+            let mut next = end;
+            for &byte in s.as_bytes().iter().rev() {
+                next = b.add_range(Transition {
+                    start: byte,
+                    end: byte,
+                    next,
+                })?;
+            }
+            Ok((next, end))
+        }
+        Node::Class(r) => {
+            let end = b.add_empty()?;
+            let mut starts = Vec::new();
+            for &(lo, hi) in r {
+                for seq in Utf8Sequences::new(lo, hi) {
+                    let mut next = end;
+                    for range in seq.as_slice().iter().rev() {
+                        next = b.add_range(Transition {
+                            start: range.start,
+                            end: range.end,
+                            next,
+                        })?;
+                    }
+                    starts.push(next);
+                }
+            }
+            let s = b.add_union(starts)?;
+            Ok((s, end))
+        }
+        Node::Concat(items) => {
+            let mut first: Option<Frag> = None;
+            let mut last_end = None;
+            for item in items {
+                let (s, e) = nfa_node(b, item)?;
+                match last_end {
+                    None => first = Some((s, e)),
+                    Some(prev) => b.patch(prev, s)?,
+                }
+                last_end = Some(e);
+            }
+            match (first, last_end) {
+                (Some((s, _)), Some(e)) => Ok((s, e)),
+                _ => nfa_node(b, &Node::Empty),
+            }
+        }
+        Node::Alt(items) => {
+            let u = b.add_union(vec![])?;
+            let end = b.add_empty()?;
+            for item in items {
+                let (s, e) = nfa_node(b, item)?;
+                b.patch(u, s)?;
+                b.patch(e, end)?;
+            }
+            Ok((u, end))
+        }
+        Node::Repeat(item, min, max) => {
+            let end = b.add_empty()?;
+            let entry = b.add_empty()?;
+            let mut cur = entry;
+            // `min` required copies.
+            for _ in 0..*min {
+                let (s, e) = nfa_node(b, item)?;
+                b.patch(cur, s)?;
+                cur = e;
+            }
+            match max {
+                None => {
+                    // One more copy in a loop.
+                    let u = b.add_union(vec![])?;
+                    b.patch(cur, u)?;
+                    let (s, e) = nfa_node(b, item)?;
+                    b.patch(u, s)?;
+                    b.patch(u, end)?;
+                    b.patch(e, u)?;
+                }
+                Some(max) => {
+                    for _ in *min..*max {
+                        let u = b.add_union(vec![])?;
+                        b.patch(cur, u)?;
+                        b.patch(u, end)?;
+                        let (s, e) = nfa_node(b, item)?;
+                        b.patch(u, s)?;
+                        cur = e;
+                    }
+                    b.patch(cur, end)?;
+                }
+            }
+            Ok((entry, end))
+        }
+        Node::Seq {
+            items,
+            sep,
+            nonempty,
+        } => {
+            // The ladder: e0[i] = nothing emitted yet, e1[i] = something emitted; both with
+            // item i next. Each item is built once and continues at e1[i + 1].
+            let n = items.len();
+            let end = b.add_empty()?;
+            let mut e0: Vec<StateID> = Vec::with_capacity(n + 1);
+            let mut e1: Vec<StateID> = Vec::with_capacity(n + 1);
+            for _ in 0..=n {
+                e0.push(b.add_union(vec![])?);
+                e1.push(b.add_union(vec![])?);
+            }
+            for (i, (item, required)) in items.iter().enumerate() {
+                let (s, e) = nfa_node(b, item)?;
+                let (ss, se) = nfa_node(b, sep)?;
+                b.patch(se, s)?;
+                b.patch(e0[i], s)?;
+                b.patch(e1[i], ss)?;
+                b.patch(e, e1[i + 1])?;
+                if !required {
+                    b.patch(e0[i], e0[i + 1])?;
+                    b.patch(e1[i], e1[i + 1])?;
+                }
+            }
+            if !nonempty {
+                b.patch(e0[n], end)?;
+            }
+            b.patch(e1[n], end)?;
+            Ok((e0[0], end))
+        }
+        Node::List {
+            item,
+            sep,
+            min,
+            max,
+        } => {
+            let end = b.add_empty()?;
+            let entry = b.add_union(vec![])?;
+            if *min == 0 {
+                b.patch(entry, end)?;
+            }
+            let copies = match max {
+                None => (*min).max(1),
+                Some(m) => *m,
+            };
+            let mut prev_end: Option<StateID> = None;
+            let mut last_start = None;
+            for i in 1..=copies {
+                let (s, e) = nfa_node(b, item)?;
+                match prev_end {
+                    None => b.patch(entry, s)?,
+                    Some(pe) => {
+                        let (ss, se) = nfa_node(b, sep)?;
+                        b.patch(se, s)?;
+                        if i > *min {
+                            // After i - 1 items the list may end or go on.
+                            let u = b.add_union(vec![ss, end])?;
+                            b.patch(pe, u)?;
+                        } else {
+                            b.patch(pe, ss)?;
+                        }
+                    }
+                }
+                prev_end = Some(e);
+                last_start = Some(s);
+            }
+            let pe = prev_end.expect("at least one copy");
+            match max {
+                None => {
+                    let (ss, se) = nfa_node(b, sep)?;
+                    b.patch(se, last_start.expect("at least one copy"))?;
+                    let u = b.add_union(vec![ss, end])?;
+                    b.patch(pe, u)?;
+                }
+                Some(_) => b.patch(pe, end)?,
+            }
+            Ok((entry, end))
+        }
+    }
+}
+
+/// GBNF rendering state: hoisted rules, deduplicated by content.
+#[derive(Default)]
+struct Gbnf {
+    rules: Vec<(String, String)>,
+    names: HashMap<String, String>,
+}
+
+impl Gbnf {
+    /// A rule named after `hint` with this body (an existing one when the body repeats).
+    fn rule(&mut self, hint: &str, body: String) -> String {
+        if let Some(name) = self.names.get(&body) {
+            return name.clone();
+        }
+        let name = format!("{hint}{}", self.rules.len() + 1);
+        self.names.insert(body.clone(), name.clone());
+        self.rules.push((name.clone(), body));
+        name
+    }
+
+    /// An expression for `n` that can be followed by a quantifier or juxtaposed.
+    fn atom(&mut self, n: &Node) -> String {
+        let e = self.expr(n);
+        match n {
+            Node::Lit(_) | Node::Class(_) | Node::Empty | Node::Nothing => e,
+            _ => format!("({e})"),
+        }
+    }
+
+    fn expr(&mut self, n: &Node) -> String {
+        match n {
+            Node::Empty => "\"\"".into(),
+            Node::Nothing => r"[^\x00-\U0010FFFF]".into(),
+            Node::Lit(s) => gbnf_literal(s),
+            Node::Class(r) => gbnf_class(r),
+            Node::Concat(items) => items
+                .iter()
+                .map(|i| self.atom(i))
+                .collect::<Vec<_>>()
+                .join(" "),
+            Node::Alt(items) => items
+                .iter()
+                .map(|i| self.expr(i))
+                .collect::<Vec<_>>()
+                .join(" | "),
+            Node::Repeat(item, min, max) => {
+                let a = self.atom(item);
+                format!("{a}{}", quantifier(*min, *max))
+            }
+            Node::Seq {
+                items,
+                sep,
+                nonempty,
+            } => {
+                // tail[i] ::= (sep item_i)? tail[i+1]: after something was emitted.
+                let sep = self.atom(sep);
+                let names: Vec<String> = items
+                    .iter()
+                    .map(|(item, _)| {
+                        let body = self.expr(item);
+                        if matches!(item, Node::Lit(_) | Node::Class(_)) {
+                            body
+                        } else {
+                            self.rule("item", body)
+                        }
+                    })
+                    .collect();
+                let mut tails: Vec<Option<String>> = vec![None; items.len() + 1];
+                // tails[0] is never referenced: the first item comes without a separator.
+                for i in (1..items.len()).rev() {
+                    let step = format!("{sep} {}", names[i]);
+                    let step = if items[i].1 {
+                        step
+                    } else {
+                        format!("({step})?")
+                    };
+                    let body = match &tails[i + 1] {
+                        Some(t) => format!("{step} {t}"),
+                        None => step,
+                    };
+                    tails[i] = Some(self.rule("tail", body));
+                }
+                let mut alts = Vec::new();
+                let mut saw_required = false;
+                for (j, (_, required)) in items.iter().enumerate() {
+                    alts.push(match &tails[j + 1] {
+                        Some(t) => format!("{} {t}", names[j]),
+                        None => names[j].clone(),
+                    });
+                    if *required {
+                        saw_required = true;
+                        break;
+                    }
+                }
+                let body = alts.join(" | ");
+                if !saw_required && !nonempty {
+                    format!("({body})?")
+                } else {
+                    body
+                }
+            }
+            Node::List {
+                item,
+                sep,
+                min,
+                max,
+            } => {
+                let body = self.expr(item);
+                let it = if matches!(**item, Node::Lit(_) | Node::Class(_)) {
+                    body
+                } else {
+                    self.rule("item", body)
+                };
+                let sep = self.atom(sep);
+                let rest = format!(
+                    "({sep} {it}){}",
+                    quantifier(min.saturating_sub(1), max.map(|m| m - 1))
+                );
+                if *min == 0 {
+                    format!("({it} {rest})?")
+                } else {
+                    format!("{it} {rest}")
+                }
+            }
+        }
+    }
+}
+
+fn quantifier(min: u32, max: Option<u32>) -> String {
+    match (min, max) {
+        (0, None) => "*".into(),
+        (1, None) => "+".into(),
+        (0, Some(1)) => "?".into(),
+        (m, None) => format!("{{{m},}}"),
+        (m, Some(x)) if m == x => format!("{{{m}}}"),
+        (m, Some(x)) => format!("{{{m},{x}}}"),
+    }
+}
+
+fn gbnf_char(out: &mut String, c: char, in_class: bool) {
+    match c {
+        '"' if !in_class => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        ']' | '[' | '^' | '-' if in_class => {
+            let _ = write!(out, "\\x{:02X}", c as u32);
+        }
+        c if c.is_ascii_graphic() || c == ' ' => out.push(c),
+        c if (c as u32) < 0x100 => {
+            let _ = write!(out, "\\x{:02X}", c as u32);
+        }
+        c if (c as u32) < 0x10000 => {
+            let _ = write!(out, "\\u{:04X}", c as u32);
+        }
+        c => {
+            let _ = write!(out, "\\U{:08X}", c as u32);
+        }
+    }
+}
+
+fn gbnf_literal(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        gbnf_char(&mut out, c, false);
+    }
+    out.push('"');
+    out
+}
+
+fn gbnf_class(r: &Ranges) -> String {
+    let mut out = String::from("[");
+    for &(a, b) in r {
+        gbnf_char(&mut out, a, true);
+        if b != a {
+            out.push('-');
+            gbnf_char(&mut out, b, true);
+        }
+    }
+    out.push(']');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dfa(n: &Node) -> crate::regex::Dfa {
+        let nfa = n.to_nfa(1 << 20).unwrap();
+        crate::regex::Dfa::from_nfa(&nfa, "test", "`t`").unwrap()
+    }
+
+    #[test]
+    fn seq_is_every_ordered_subset_with_separators() {
+        let items = vec![
+            (Node::lit("a"), false),
+            (Node::lit("b"), true),
+            (Node::lit("c"), false),
+            (Node::lit("d"), false),
+        ];
+        let n = Node::seq(items, Node::lit(","), false);
+        let re = n.to_regex(1 << 20).unwrap();
+        let d = dfa(&n);
+        let r = crate::regex::Dfa::new(&re).unwrap();
+        for s in ["b", "a,b", "b,c", "b,d", "a,b,c,d", "b,c,d", "a,b,d"] {
+            assert!(d.matches(s.as_bytes()) && r.matches(s.as_bytes()), "{s}");
+            assert!(n.matches(s.as_bytes()), "{s}");
+        }
+        for s in ["", "a", "ab", "b,", ",b", "c,b", "b,d,c", "a,,b"] {
+            assert!(!d.matches(s.as_bytes()) && !r.matches(s.as_bytes()), "{s}");
+            assert!(!n.matches(s.as_bytes()), "{s}");
+        }
+    }
+
+    #[test]
+    fn list_bounds_hold_in_every_backend() {
+        for (min, max) in [(0, None), (1, None), (2, Some(3)), (0, Some(2)), (3, None)] {
+            let n = Node::list(Node::lit("x"), Node::lit(","), min, max);
+            let d = dfa(&n);
+            let r = crate::regex::Dfa::new(&n.to_regex(1 << 20).unwrap()).unwrap();
+            for k in 0..6u32 {
+                let s = vec!["x"; k as usize].join(",");
+                let want = k >= min && max.is_none_or(|m| k <= m);
+                assert_eq!(d.matches(s.as_bytes()), want, "{min} {max:?} {s}");
+                assert_eq!(r.matches(s.as_bytes()), want, "{min} {max:?} {s}");
+                assert_eq!(n.matches(s.as_bytes()), want, "{min} {max:?} {s}");
+            }
+        }
+    }
+
+    #[test]
+    fn ranges_subtract_and_intersect() {
+        let all = vec![('\0', char::MAX)];
+        let r = subtract(&all, &vec![('"', '"'), ('\\', '\\'), ('\0', '\x1f')]);
+        assert!(contains(&r, 'a') && !contains(&r, '"') && !contains(&r, '\n'));
+        assert!(contains(&r, '\u{10FFFF}'));
+        assert_eq!(
+            intersect(&vec![('a', 'z')], &vec![('x', '~')]),
+            vec![('x', 'z')]
+        );
+    }
+}

@@ -1,0 +1,346 @@
+//! Integers and numbers, with bounds compiled to exact digit-wise ranges.
+//!
+//! An integer range `[lo, hi]` splits by sign and digit count; each same-length piece is the
+//! classic recursive digit construction (`[137, 254]` = `13[7-9]|1[4-9][0-9]|2[0-4][0-9]|25[0-4]`).
+//! `-0` is never emitted. A number with integer-valued bounds is its integer part in a range
+//! plus an optional fraction, with the boundary cases spelled out (`x <= 5` allows `5`,
+//! `5.0`, `5.00`, not `5.1`); bounded numbers are written without exponents.
+
+use super::node::Node;
+
+fn digit(lo: u8, hi: u8) -> Node {
+    Node::class(vec![(char::from(b'0' + lo), char::from(b'0' + hi))])
+}
+
+fn any_digits(n: usize) -> Node {
+    Node::repeat(digit(0, 9), n as u32, Some(n as u32))
+}
+
+/// Decimal strings of the same length between `lo` and `hi` inclusive (`lo <= hi`).
+fn same_len(lo: &[u8], hi: &[u8]) -> Node {
+    debug_assert_eq!(lo.len(), hi.len());
+    if lo.is_empty() {
+        return Node::Empty;
+    }
+    let (a, b) = (lo[0] - b'0', hi[0] - b'0');
+    let rest = lo.len() - 1;
+    if a == b {
+        return Node::concat(vec![digit(a, a), same_len(&lo[1..], &hi[1..])]);
+    }
+    let lo_rest_min = lo[1..].iter().all(|&d| d == b'0');
+    let hi_rest_max = hi[1..].iter().all(|&d| d == b'9');
+    let mut alts = Vec::new();
+    let (mut from, mut to) = (a, b);
+    if !lo_rest_min {
+        alts.push(Node::concat(vec![
+            digit(a, a),
+            same_len(&lo[1..], &vec![b'9'; rest]),
+        ]));
+        from = a + 1;
+    }
+    let tail_hi = if !hi_rest_max {
+        to = b - 1;
+        Some(Node::concat(vec![
+            digit(b, b),
+            same_len(&vec![b'0'; rest], &hi[1..]),
+        ]))
+    } else {
+        None
+    };
+    if from <= to {
+        alts.push(Node::concat(vec![digit(from, to), any_digits(rest)]));
+    }
+    alts.extend(tail_hi);
+    Node::alt(alts)
+}
+
+/// Non-negative integers in `[lo, hi]` (`hi` `None`: unbounded) without leading zeros.
+pub(crate) fn nonneg_range(lo: u128, hi: Option<u128>) -> Node {
+    if hi.is_some_and(|h| h < lo) {
+        return Node::Nothing;
+    }
+    let lo_s = lo.to_string();
+    let mut alts = Vec::new();
+    let max_len = match hi {
+        Some(h) => h.to_string().len(),
+        None => lo_s.len(),
+    };
+    for len in lo_s.len()..=max_len {
+        let first = if len == 1 {
+            0
+        } else {
+            10u128.pow(len as u32 - 1)
+        };
+        let last = 10u128.pow(len as u32) - 1;
+        let a = lo.max(first);
+        let b = match hi {
+            Some(h) => h.min(last),
+            None => last,
+        };
+        if a <= b {
+            alts.push(same_len(a.to_string().as_bytes(), b.to_string().as_bytes()));
+        }
+    }
+    if hi.is_none() {
+        // Every longer number.
+        alts.push(Node::concat(vec![
+            digit(1, 9),
+            Node::repeat(digit(0, 9), lo_s.len() as u32, None),
+        ]));
+    }
+    Node::alt(alts)
+}
+
+/// Integers in `[lo, hi]`, either side open when `None`.
+pub(crate) fn integer_range(lo: Option<i128>, hi: Option<i128>) -> Node {
+    if let (Some(l), Some(h)) = (lo, hi) {
+        if l > h {
+            return Node::Nothing;
+        }
+    }
+    let mut alts = Vec::new();
+    // Negative side: magnitudes in [max(1, -hi), -lo].
+    if lo.is_none_or(|l| l < 0) {
+        let mag_lo = match hi {
+            Some(h) if h < 0 => h.unsigned_abs(),
+            _ => 1,
+        };
+        let mag_hi = lo.map(i128::unsigned_abs);
+        let mags = nonneg_range(mag_lo, mag_hi);
+        if mags != Node::Nothing {
+            alts.push(Node::concat(vec![Node::lit("-"), mags]));
+        }
+    }
+    if hi.is_none_or(|h| h >= 0) {
+        let a = lo.map_or(0, |l| l.max(0) as u128);
+        alts.push(nonneg_range(a, hi.map(|h| h as u128)));
+    }
+    Node::alt(alts)
+}
+
+/// Any JSON number; the exponent has at most two digits, so every emitted number is finite
+/// in an f64 (up to integer parts of ~200 digits).
+pub(crate) fn any_number() -> Node {
+    Node::concat(vec![
+        Node::opt(Node::lit("-")),
+        Node::alt(vec![
+            Node::lit("0"),
+            Node::concat(vec![digit(1, 9), Node::repeat(digit(0, 9), 0, None)]),
+        ]),
+        Node::opt(fraction()),
+        Node::opt(Node::concat(vec![
+            Node::class(vec![('E', 'E'), ('e', 'e')]),
+            Node::opt(Node::class(vec![('+', '+'), ('-', '-')])),
+            Node::repeat(digit(0, 9), 1, Some(2)),
+        ])),
+    ])
+}
+
+fn fraction() -> Node {
+    Node::concat(vec![Node::lit("."), Node::repeat(digit(0, 9), 1, None)])
+}
+
+fn zero_fraction() -> Node {
+    Node::opt(Node::concat(vec![
+        Node::lit("."),
+        Node::repeat(Node::lit("0"), 1, None),
+    ]))
+}
+
+fn nonzero_fraction() -> Node {
+    Node::concat(vec![
+        Node::lit("."),
+        Node::repeat(digit(0, 9), 0, None),
+        digit(1, 9),
+        Node::repeat(digit(0, 9), 0, None),
+    ])
+}
+
+/// A bound on a number: the value and whether it is exclusive.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Bound {
+    pub value: i128,
+    pub exclusive: bool,
+}
+
+/// Non-negative magnitudes `m` with `lo <(=) m <(=) hi` (integer-valued bounds), no exponent.
+fn magnitude(lo: Bound, hi: Option<Bound>) -> Node {
+    debug_assert!(lo.value >= 0);
+    let lo_v = lo.value as u128;
+    let mut alts = Vec::new();
+    // Integer parts strictly inside, any fraction.
+    let int_lo = lo_v + 1;
+    let int_hi = hi.map(|h| h.value - 1);
+    if int_hi.is_none_or(|h| h >= int_lo as i128) {
+        alts.push(Node::concat(vec![
+            nonneg_range(int_lo, int_hi.map(|h| h as u128)),
+            Node::opt(fraction()),
+        ]));
+    }
+    let same = hi.is_some_and(|h| h.value as u128 == lo_v);
+    // Integer part == lo: exactly lo (when inclusive) or above it by a fraction.
+    let at_lo = Node::lit(lo_v.to_string());
+    let lo_frac = if same {
+        // lo == hi: only the exact value, when both are inclusive.
+        if lo.exclusive || hi.is_some_and(|h| h.exclusive) {
+            Node::Nothing
+        } else {
+            zero_fraction()
+        }
+    } else if lo.exclusive {
+        nonzero_fraction()
+    } else {
+        Node::opt(fraction())
+    };
+    alts.push(Node::concat(vec![at_lo, lo_frac]));
+    // Integer part == hi (> lo): exactly hi, when inclusive.
+    if let Some(h) = hi {
+        if !same && !h.exclusive {
+            alts.push(Node::concat(vec![
+                Node::lit(h.value.to_string()),
+                zero_fraction(),
+            ]));
+        }
+    }
+    Node::alt(alts)
+}
+
+/// Numbers `x` with the given integer-valued bounds (either side may be open).
+pub(crate) fn number_range(lo: Option<Bound>, hi: Option<Bound>) -> Node {
+    if let (Some(l), Some(h)) = (lo, hi) {
+        if l.value > h.value || (l.value == h.value && (l.exclusive || h.exclusive)) {
+            return Node::Nothing;
+        }
+    }
+    let mut alts = Vec::new();
+    // x >= 0 (including 0 written without a sign).
+    let nonneg_ok = hi.is_none_or(|h| h.value > 0 || (h.value == 0 && !h.exclusive));
+    if nonneg_ok {
+        let l = match lo {
+            Some(l) if l.value >= 0 => l,
+            _ => Bound {
+                value: 0,
+                exclusive: false,
+            },
+        };
+        alts.push(magnitude(l, hi));
+    }
+    // x < 0: "-" then a magnitude m > 0 with -hi <= m <= -lo.
+    let neg_ok = lo.is_none_or(|l| l.value < 0);
+    if neg_ok {
+        let mlo = match hi {
+            Some(h) if h.value < 0 => Bound {
+                value: -h.value,
+                exclusive: h.exclusive,
+            },
+            _ => Bound {
+                value: 0,
+                exclusive: true,
+            },
+        };
+        let mhi = lo.map(|l| Bound {
+            value: -l.value,
+            exclusive: l.exclusive,
+        });
+        let m = magnitude(mlo, mhi);
+        if m != Node::Nothing {
+            alts.push(Node::concat(vec![Node::lit("-"), m]));
+        }
+    }
+    Node::alt(alts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_int(lo: Option<i128>, hi: Option<i128>) {
+        let n = integer_range(lo, hi);
+        for v in -1200i128..=1200 {
+            let want = lo.is_none_or(|l| v >= l) && hi.is_none_or(|h| v <= h);
+            assert_eq!(
+                n.matches(v.to_string().as_bytes()),
+                want,
+                "{lo:?}..{hi:?} at {v}"
+            );
+        }
+        assert!(!n.matches(b"-0") && !n.matches(b"007") && !n.matches(b""));
+    }
+
+    #[test]
+    fn integer_ranges_are_exact() {
+        for (lo, hi) in [
+            (Some(0), Some(0)),
+            (Some(1), Some(120)),
+            (Some(-37), Some(254)),
+            (Some(-999), Some(-10)),
+            (None, Some(-5)),
+            (Some(13), None),
+            (None, None),
+            (Some(100), Some(999)),
+            (Some(7), Some(1000)),
+        ] {
+            check_int(lo, hi);
+        }
+        assert_eq!(integer_range(Some(3), Some(2)), Node::Nothing);
+    }
+
+    fn b(value: i128, exclusive: bool) -> Bound {
+        Bound { value, exclusive }
+    }
+
+    #[test]
+    fn number_ranges_are_exact_on_a_grid() {
+        let cases = [
+            (Some(b(0, false)), Some(b(1, false))),
+            (Some(b(0, true)), None),
+            (None, Some(b(0, true))),
+            (Some(b(-5, true)), Some(b(5, true))),
+            (Some(b(-20, false)), Some(b(-3, false))),
+            (Some(b(2, false)), Some(b(2, false))),
+            (Some(b(10, false)), None),
+        ];
+        let texts: Vec<String> = (-250i32..=250)
+            .flat_map(|t| {
+                let x = f64::from(t) / 10.0;
+                vec![format!("{x}"), format!("{x:.2}"), format!("{}", t / 10)]
+            })
+            .collect();
+        for (lo, hi) in cases {
+            let n = number_range(lo, hi);
+            for s in &texts {
+                let x: f64 = s.parse().unwrap();
+                let want = lo.is_none_or(|l| {
+                    if l.exclusive {
+                        x > l.value as f64
+                    } else {
+                        x >= l.value as f64
+                    }
+                }) && hi.is_none_or(|h| {
+                    if h.exclusive {
+                        x < h.value as f64
+                    } else {
+                        x <= h.value as f64
+                    }
+                });
+                if s.starts_with("-0") && x == 0.0 {
+                    // `-0`, `-0.0`: never emitted, whatever the range.
+                    assert!(!n.matches(s.as_bytes()), "{lo:?} {hi:?} {s}");
+                    continue;
+                }
+                assert_eq!(n.matches(s.as_bytes()), want, "{lo:?} {hi:?} {s}");
+            }
+        }
+    }
+
+    #[test]
+    fn any_number_takes_json_numbers_only() {
+        let n = any_number();
+        for s in ["0", "-0", "1.5", "-12e3", "1E+05", "0.001"] {
+            assert!(n.matches(s.as_bytes()), "{s}");
+        }
+        for s in ["01", "1.", ".5", "+1", "1e", "1e123", "--1"] {
+            assert!(!n.matches(s.as_bytes()), "{s}");
+        }
+    }
+}
