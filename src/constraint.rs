@@ -52,6 +52,7 @@
 use crate::choice::{self, json_kind};
 use crate::error::{Error, Result};
 use crate::grammar::{self, Grammar};
+use crate::json_schema::JsonSchema;
 use crate::json_value;
 use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_BYTES, MAX_GRAMMAR_STEP_WORK, MAX_SCHEMA_BYTES};
 use crate::mask::{check_mask_len, words_for, TokenMask};
@@ -68,6 +69,9 @@ pub enum Spec {
     Choice(Vec<String>),
     /// `guided_regex`: the whole output matches this pattern.
     Regex(String),
+    /// `guided_json`, or `response_format` `json_schema`: JSON valid under this schema
+    /// ([`crate::json_schema`]); `field` is the request field it came from.
+    Json { schema: Value, field: &'static str },
     /// `guided_grammar`: the output is a sentence of this GBNF grammar.
     Grammar(String),
     /// `response_format` `json_object`: the output is one JSON value.
@@ -139,7 +143,10 @@ impl Spec {
         }
         if let Some(v) = field("guided_json") {
             check_size("guided_json", schema_len(v), MAX_SCHEMA_BYTES)?;
-            return Err(not_yet("guided_json"));
+            return Ok(Some(Spec::Json {
+                schema: v.clone(),
+                field: "guided_json",
+            }));
         }
         if let Some(v) = field("response_format") {
             let invalid = |m: String| Error::invalid_input(m).with_param("response_format");
@@ -152,7 +159,11 @@ impl Spec {
                         invalid("response_format json_schema needs json_schema.schema".into())
                     })?;
                     check_size("response_format", schema_len(schema), MAX_SCHEMA_BYTES)?;
-                    Err(not_yet("response_format"))
+                    // `name` and `strict` are accepted and ignored.
+                    Ok(Some(Spec::Json {
+                        schema: schema.clone(),
+                        field: "response_format",
+                    }))
                 }
                 _ => Err(invalid(format!(
                     "response_format.type must be \"text\", \"json_object\" or \"json_schema\", got {}",
@@ -163,11 +174,13 @@ impl Spec {
         Ok(None)
     }
 
-    /// A short name of the kind: `"choice"`, `"regex"`, `"grammar"` or `"json_object"`.
+    /// A short name of the kind: `"choice"`, `"regex"`, `"grammar"`, `"json"` or
+    /// `"json_object"`.
     pub fn kind(&self) -> &'static str {
         match self {
             Spec::Choice(_) => "choice",
             Spec::Regex(_) => "regex",
+            Spec::Json { .. } => "json",
             Spec::Grammar(_) => "grammar",
             Spec::JsonObject => "json_object",
         }
@@ -178,6 +191,7 @@ impl Spec {
         match self {
             Spec::Choice(_) => "guided_choice",
             Spec::Regex(_) => "guided_regex",
+            Spec::Json { field, .. } => field,
             Spec::Grammar(_) => "guided_grammar",
             Spec::JsonObject => "response_format",
         }
@@ -188,6 +202,9 @@ impl Spec {
         match self {
             Spec::Choice(choices) => choice::compile(choices).map(Compiled::Dfa),
             Spec::Regex(pattern) => Dfa::new(pattern).map(Compiled::Dfa),
+            Spec::Json { schema, field } => Ok(Compiled::Dfa(
+                JsonSchema::compile(schema, field)?.into_dfa(),
+            )),
             Spec::Grammar(text) => Grammar::new(text).map(Compiled::Grammar),
             Spec::JsonObject => Ok(Compiled::JsonValue),
         }
@@ -210,13 +227,6 @@ fn check_size(field: &str, len: usize, limit: usize) -> Result<()> {
         .with_param(field));
     }
     Ok(())
-}
-
-fn not_yet(field: &str) -> Error {
-    Error::invalid_input(format!(
-        "{field} is not supported yet (guided_choice and guided_regex are)"
-    ))
-    .with_param(field)
 }
 
 /// A compiled constraint over one vocabulary; see the module docs.
@@ -688,12 +698,44 @@ mod tests {
         );
         let err = spec(json!({"response_format": {"type": "xml"}})).unwrap_err();
         assert_eq!(err.param(), Some("response_format"));
-        let err = spec(json!({"guided_json": {"type": "object"}})).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "guided_json is not supported yet (guided_choice and guided_regex are)"
-        );
+        let s = spec(json!({"response_format": {"type": "json_object"}}))
+            .unwrap()
+            .unwrap();
+        assert_eq!((s.kind(), s.param()), ("json_object", "response_format"));
         assert!(spec(json!([])).is_err());
+    }
+
+    #[test]
+    fn guided_json_wins_over_response_format() {
+        let schema = json!({"type": "integer"});
+        let body = json!({
+            "guided_json": schema,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "string"}}},
+        });
+        let s = spec(body).unwrap().unwrap();
+        assert_eq!(
+            s,
+            Spec::Json {
+                schema: schema.clone(),
+                field: "guided_json"
+            }
+        );
+        assert_eq!((s.kind(), s.param()), ("json", "guided_json"));
+        assert!(s.compile().unwrap().matches(b"-12"));
+        let rf = json!({"response_format": {"type": "json_schema",
+            "json_schema": {"name": "n", "strict": true, "schema": {"type": "boolean"}}}});
+        let s = spec(rf).unwrap().unwrap();
+        assert_eq!(s.param(), "response_format");
+        assert!(s.compile().unwrap().matches(b"true"));
+        let err = spec(json!({"guided_regex": "a", "guided_json": {"type": "integer"}})).unwrap();
+        assert_eq!(err, Some(Spec::Regex("a".into())));
+        let err = Spec::Json {
+            schema: json!({"type": "array", "uniqueItems": true}),
+            field: "response_format",
+        }
+        .compile()
+        .unwrap_err();
+        assert_eq!(err.param(), Some("response_format"));
     }
 
     #[test]
