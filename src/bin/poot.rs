@@ -1,19 +1,26 @@
 //! The `poot` command-line tool (feature `cli`).
 //!
 //! ```text
-//! poot check  --request FILE
+//! poot check  --request FILE [--emit gbnf]
+//! poot coverage --model GGUF PATH...
 //! poot trace  --model GGUF --request FILE --output TEXT_FILE [--masks]
 //! poot sample --model GGUF --request FILE --n N --seed S [--max-tokens M]
 //! ```
 //!
 //! `check` compiles the constraint an OpenAI request body carries and prints
-//! `{"ok":true,"kind":...}` (exit 0) or the OpenAI-shaped 400 body (exit 1). `trace` follows a
+//! `{"ok":true,"kind":...}` (exit 0) or the OpenAI-shaped 400 body (exit 1); with
+//! `--emit gbnf` it prints the GBNF grammar derived from a `guided_json` / `response_format`
+//! schema instead. `coverage` measures the JSON Schema compiler on files in the JSONSchemaBench
+//! format (`{"schema":..,"tests":[{"data":..,"valid":bool},..]}`, or folders of them): one JSON
+//! line per file (`status` `ok` | `compile_error` | `wrong_reject` | `wrong_accept`, compile
+//! time, mask times while following the valid instances) and a summary line. `trace` follows a
 //! text token by token (greedy longest match over the vocabulary) and times every mask;
 //! `sample` takes seeded random walks through the masks. `--model` may also be a Hugging Face
 //! `tokenizer.json`. Clocks live here, never in the library. Further verbs (coverage, tokenize,
 //! eval, generate, serve) arrive with the issues that build their engines.
 
 use poot::constraint::{Constraint, Matcher, Spec};
+use poot::json_schema::{canonical_json, JsonSchema};
 use poot::mask::words_for;
 use poot::vocab::{TokenId, Vocabulary};
 use poot::Error;
@@ -31,7 +38,8 @@ const USAGE: &str = "usage:
   poot eval   --model GGUF (--prompt TEXT [--chat] | --prompt-ids 1,2,3) [--top K] [--greedy N]
               [--backend cpu|gpu] [--threads T]
   poot generate --model GGUF --request FILE [--backend cpu|gpu] [--threads T]
-  poot check  --request FILE
+  poot check  --request FILE [--emit gbnf]
+  poot coverage --model GGUF|tokenizer.json PATH...
   poot trace  --model GGUF|tokenizer.json --request FILE --output TEXT_FILE [--masks]
   poot sample --model GGUF|tokenizer.json --request FILE --n N --seed S [--max-tokens M]";
 
@@ -135,9 +143,17 @@ fn run(args: &[String]) -> Result<ExitCode, Failure> {
         .ok_or_else(|| Failure::Usage("no command".into()))?;
     match cmd.as_str() {
         "check" => {
-            let opts = Options::parse(rest, &["request"])?;
+            let opts = Options::parse(rest, &["request", "emit"])?;
             let body = read(opts.required("request")?)?;
-            let (out, ok) = check(&body);
+            let (out, ok) = match opts.values.get("emit").map(String::as_str) {
+                None => check(&body),
+                Some("gbnf") => emit_gbnf(&body),
+                Some(other) => {
+                    return Err(Failure::Usage(format!(
+                        "`--emit` takes `gbnf`, got `{other}`"
+                    )))
+                }
+            };
             println!("{out}");
             Ok(if ok {
                 ExitCode::SUCCESS
@@ -171,6 +187,21 @@ fn run(args: &[String]) -> Result<ExitCode, Failure> {
             for line in sample(&constraint, n, seed, max_tokens as usize) {
                 println!("{line}");
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        "coverage" => {
+            let (model, paths) = coverage_args(rest)?;
+            let vocab = load_vocab(&model)?;
+            let mut files = Vec::new();
+            for p in &paths {
+                collect_json_files(std::path::Path::new(p), &mut files)?;
+            }
+            let mut report = CoverageReport::default();
+            for f in &files {
+                let line = coverage_file(&vocab, f, &mut report)?;
+                println!("{line}");
+            }
+            println!("{}", report.summary());
             Ok(ExitCode::SUCCESS)
         }
         "tokenize" => model::tokenize(rest),
@@ -234,6 +265,180 @@ fn check(body: &[u8]) -> (String, bool) {
         Ok(kind) => (format!(r#"{{"ok":true,"kind":{}}}"#, json!(kind)), true),
         Err(err) => (error_body(&err), false),
     }
+}
+
+/// `poot check --emit gbnf`: the grammar of a JSON schema constraint, or the 400 body.
+fn emit_gbnf(body: &[u8]) -> (String, bool) {
+    let result = parse_request(body)
+        .and_then(|v| Spec::from_request(&v))
+        .and_then(|spec| match spec {
+            Some(Spec::Json { schema, field }) => JsonSchema::compile(&schema, field),
+            other => Err(Error::invalid_input(format!(
+                "--emit gbnf needs a guided_json or response_format json_schema constraint, got {}",
+                other.map_or("none", |s| s.kind())
+            ))),
+        });
+    match result {
+        Ok(compiled) => (compiled.gbnf().trim_end().to_owned(), true),
+        Err(err) => (error_body(&err), false),
+    }
+}
+
+/// `--model M` plus one or more paths.
+fn coverage_args(args: &[String]) -> Result<(String, Vec<String>), Failure> {
+    let mut model = None;
+    let mut paths = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--model" => {
+                model = Some(
+                    it.next()
+                        .ok_or_else(|| Failure::Usage("`--model` needs a value".into()))?
+                        .clone(),
+                )
+            }
+            a if a.starts_with("--") => {
+                return Err(Failure::Usage(format!("unknown option `{a}`")))
+            }
+            p => paths.push(p.to_owned()),
+        }
+    }
+    let model = model.ok_or_else(|| Failure::Usage("`--model` is required".into()))?;
+    if paths.is_empty() {
+        return Err(Failure::Usage(
+            "coverage needs at least one file or folder".into(),
+        ));
+    }
+    Ok((model, paths))
+}
+
+/// The `.json` files at `path` (a file, or a folder searched recursively), sorted.
+fn collect_json_files(
+    path: &std::path::Path,
+    out: &mut Vec<std::path::PathBuf>,
+) -> Result<(), Failure> {
+    if path.is_dir() {
+        let mut entries: Vec<_> = std::fs::read_dir(path)
+            .map_err(|e| Failure::Io(format!("cannot read {}: {e}", path.display())))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        for e in entries {
+            if e.is_dir() || e.extension().is_some_and(|x| x == "json") {
+                collect_json_files(&e, out)?;
+            }
+        }
+    } else {
+        out.push(path.to_owned());
+    }
+    Ok(())
+}
+
+/// Counts and timings over all files of a `coverage` run.
+#[derive(Debug, Default)]
+struct CoverageReport {
+    counts: std::collections::BTreeMap<&'static str, usize>,
+    compile_ms: Vec<f64>,
+    mask_us: Vec<f64>,
+}
+
+impl CoverageReport {
+    fn summary(&self) -> Value {
+        let mut compile = self.compile_ms.clone();
+        compile.sort_by(f64::total_cmp);
+        let mut masks = self.mask_us.clone();
+        masks.sort_by(f64::total_cmp);
+        let round = |x: f64| (x * 1000.0).round() / 1000.0;
+        let count = |k: &str| self.counts.get(k).copied().unwrap_or(0);
+        json!({
+            "summary": true,
+            "files": self.counts.values().sum::<usize>(),
+            "ok": count("ok"),
+            "compile_error": count("compile_error"),
+            "wrong_reject": count("wrong_reject"),
+            "wrong_accept": count("wrong_accept"),
+            "compile_ms_p50": round(percentile(&compile, 50.0)),
+            "compile_ms_p99": round(percentile(&compile, 99.0)),
+            "mask_steps": masks.len(),
+            "p50_us": round(percentile(&masks, 50.0)),
+            "p99_us": round(percentile(&masks, 99.0)),
+        })
+    }
+}
+
+/// One `coverage` line: compile the file's schema for `vocab`, check its instances in
+/// canonical form, and time the masks while following each valid instance.
+fn coverage_file(
+    vocab: &Arc<Vocabulary>,
+    path: &std::path::Path,
+    report: &mut CoverageReport,
+) -> Result<Value, Failure> {
+    let file: Value = serde_json::from_slice(&read(&path.display().to_string())?)
+        .map_err(|e| Failure::Io(format!("{}: not JSON: {e}", path.display())))?;
+    let shown = path.display().to_string();
+    let spec = Spec::Json {
+        schema: file.get("schema").cloned().unwrap_or(Value::Null),
+        field: "guided_json",
+    };
+    let t0 = Instant::now();
+    let compiled = Constraint::from_spec(&spec, vocab.clone());
+    let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
+    let constraint = match compiled {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            *report.counts.entry("compile_error").or_default() += 1;
+            return Ok(json!({
+                "file": shown, "status": "compile_error", "code": e.code(),
+                "message": e.message(), "compile_ms": round(compile_ms),
+            }));
+        }
+    };
+    report.compile_ms.push(compile_ms);
+    let tests = file
+        .get("tests")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let (mut rejects, mut accepts) = (Vec::new(), Vec::new());
+    let mut times = Vec::new();
+    for (i, t) in tests.iter().enumerate() {
+        let text = canonical_json(&t["data"]);
+        let valid = t["valid"].as_bool().unwrap_or(false);
+        let accepted = constraint.matches(text.as_bytes());
+        match (valid, accepted) {
+            (true, false) => rejects.push(i),
+            (false, true) => accepts.push(i),
+            (true, true) => {
+                if let Ok(tokens) = vocab.tokenize_greedy(text.as_bytes()) {
+                    let (_, ts, _) = walk(&constraint, &tokens, false);
+                    times.extend(ts);
+                }
+            }
+            _ => {}
+        }
+    }
+    let status = if !accepts.is_empty() {
+        "wrong_accept"
+    } else if !rejects.is_empty() {
+        "wrong_reject"
+    } else {
+        "ok"
+    };
+    *report.counts.entry(status).or_default() += 1;
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    report.mask_us.extend(times);
+    let mut line = json!({
+        "file": shown, "status": status, "compile_ms": round(compile_ms),
+        "states": constraint.state_count(),
+        "p50_us": round(percentile(&sorted, 50.0)), "p99_us": round(percentile(&sorted, 99.0)),
+    });
+    if !accepts.is_empty() || !rejects.is_empty() {
+        line["tests"] = json!(if accepts.is_empty() { rejects } else { accepts });
+    }
+    Ok(line)
 }
 
 fn request_spec(body: &[u8]) -> Result<Spec, Failure> {
