@@ -1,0 +1,83 @@
+//! JSONSchemaBench: every schema's outcome (compiled and right on all its test instances, or
+//! why not) against a golden file, and random outputs of every compiled schema checked by an
+//! independent validator (zero invalid outputs is the bar).
+//!
+//! Release builds only (~25 s; a debug build takes minutes): `cargo test --release --test
+//! json_schema_bench`. `POOT_BLESS=1` rewrites `tests/data/json_schema/jsonschemabench.expected`
+//! and `.summary` (their diff is the review).
+
+mod json_schema_support;
+
+use json_schema_support::*;
+use std::collections::BTreeMap;
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "6,369 automata: run with `cargo test --release --test json_schema_bench`"
+)]
+fn jsonschemabench_outcomes_match_the_golden_file_and_outputs_validate() {
+    let corpus = jsonschemabench();
+    let mut golden_text = String::new();
+    // subset -> (files, compiled, all correct, wrong accepts, skipped instances)
+    let mut table: BTreeMap<String, [usize; 5]> = BTreeMap::new();
+    let mut unsound = Vec::new();
+    let mut wrong_accepts = Vec::new();
+    for (i, (name, file)) in corpus.iter().enumerate() {
+        let schema = &file["schema"];
+        let tests = file["tests"].as_array().cloned().unwrap_or_default();
+        let row = table.entry(subset(name)).or_default();
+        row[0] += 1;
+        let outcome = match compile(schema) {
+            Err(e) => Outcome::CompileError {
+                code: e.code().into(),
+                message: e.message().into(),
+            },
+            Ok((_, dfa)) => {
+                row[1] += 1;
+                let v = validator(schema);
+                if let Some(v) = &v {
+                    let samples = random_walks(&dfa, 6, i as u64, 200);
+                    for bad in unsound_samples(schema, v, &samples) {
+                        unsound.push(format!("{name}: {bad}"));
+                    }
+                }
+                let (outcome, skipped) = check_instances(&dfa, &tests, v.as_ref());
+                row[4] += skipped;
+                outcome
+            }
+        };
+        match &outcome {
+            Outcome::Ok => row[2] += 1,
+            Outcome::WrongAccept(_) => {
+                row[3] += 1;
+                wrong_accepts.push(name.clone());
+            }
+            _ => {}
+        }
+        golden_text.push_str(&format!("{name}\t{}\n", outcome.line()));
+    }
+    let mut summary =
+        String::from("subset\tfiles\tcompiled\tall_correct\twrong_accept\tskipped_instances\n");
+    for (s, r) in &table {
+        summary.push_str(&format!(
+            "{s}\t{}\t{}\t{}\t{}\t{}\n",
+            r[0], r[1], r[2], r[3], r[4]
+        ));
+    }
+    eprintln!("{summary}");
+    golden("jsonschemabench.expected", &golden_text);
+    golden("jsonschemabench.summary", &summary);
+    assert!(
+        unsound.is_empty(),
+        "{} sampled outputs fail the validator:\n{}",
+        unsound.len(),
+        unsound
+            .iter()
+            .take(30)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(wrong_accepts.is_empty(), "wrong accepts: {wrong_accepts:?}");
+}
