@@ -12,7 +12,10 @@
 //!   keywords speak of (`properties` → object, `items` → array, `pattern` → string,
 //!   `minimum` → number, ...), or every type when it names none.
 //! - `enum`, `const`: scalars and composite values, matched structurally (sorted keys, the
-//!   whitespace below); values that fail the schema's other keywords are dropped.
+//!   whitespace below). Values that fail the schema's other keywords are dropped, each value
+//!   checked directly (`judge.rs`: any keyword, `not`, `if`/`then`/`else`, `oneOf`,
+//!   `uniqueItems`, `contains` included), so beside a finite list of values everything is
+//!   supported except `unevaluated*`, dynamic references and non-integer `multipleOf`.
 //! - Objects: `properties`, `required` (listed keys mandatory, the rest optional; a required
 //!   key outside `properties` takes the `additionalProperties` schema), keys in sorted order.
 //!   `additionalProperties`: `false` or absent → no other keys (absent is a documented
@@ -61,8 +64,9 @@
 //!   `writeOnly`, `contentEncoding`/`contentMediaType`/`contentSchema` from draft 2019-09 on,
 //!   `then`/`else` without `if`, and keywords JSON Schema does not define (`nullable`,
 //!   `x-...`), which validators ignore too.
-//! - Refused: `not`, `if`, `contains`, `patternProperties`, `uniqueItems` with more than one
-//!   item, `$dynamicRef`, `$recursiveRef`, and the cases above.
+//! - Refused (except beside `enum`/`const`): `not`, `if`, `contains`, `patternProperties`,
+//!   `uniqueItems` with more than one item, `$dynamicRef`, `$recursiveRef`, and the cases
+//!   above. Two `not`s merged by `allOf` become one `not` of their `anyOf`.
 //!
 //! # Output form
 //!
@@ -80,6 +84,7 @@
 //! [`MAX_SCHEMA_EXPANSION`] subschemas; the regex text at most [`MAX_SCHEMA_REGEX_BYTES`];
 //! the automaton is built under [`AUTOMATON_BYTES`], like `guided_regex`.
 
+mod judge;
 mod node;
 mod number;
 mod string;
@@ -742,6 +747,8 @@ fn merge(mut a: Map<String, Value>, b: Map<String, Value>, path: &str) -> R<Map<
             "propertyNames" | "unevaluatedProperties" | "unevaluatedItems" | "additionalItems" => {
                 all_of(va, &vb)
             }
+            // not A and not B = not (A or B)
+            "not" => serde_json::json!({"anyOf": [va, vb]}),
             "uniqueItems" => {
                 Value::Bool(va.as_bool().unwrap_or(false) || vb.as_bool().unwrap_or(false))
             }
@@ -999,6 +1006,10 @@ impl<'a> Compiler<'a> {
 
     fn flat_schema(&mut self, m: &Map<String, Value>) -> R<Node> {
         let here = self.here();
+        // A finite list of values: filter it by everything else, whatever that is.
+        if m.contains_key("enum") || m.contains_key("const") {
+            return self.fixed_values(m);
+        }
         for key in ["not", "$dynamicRef", "$recursiveRef", "disallow", "extends"] {
             if m.contains_key(key) {
                 return Err(unsupported(key, &here, "not expressible as a regex here"));
@@ -1106,16 +1117,31 @@ impl<'a> Compiler<'a> {
         let mut rest = m.clone();
         rest.remove("enum");
         rest.remove("const");
-        if let Some(types) = explicit_types(&rest, &here)? {
-            values.retain(|v| type_in(type_of(v), &types));
-            rest.remove("type");
+        // Each value is checked against the rest of the schema directly; where that cannot
+        // tell, against the rest's compiled language (a subset of its valid values).
+        let judge = judge::Judge {
+            root: self.root,
+            draft4: self.draft == Draft::D4,
+        };
+        let rest_value = Value::Object(rest.clone());
+        let mut kept = Vec::new();
+        let mut unsure = Vec::new();
+        for v in values {
+            match judge.valid(&rest_value, &v, 0) {
+                Some(true) => kept.push(v),
+                Some(false) => {}
+                None => unsure.push(v),
+            }
         }
-        let constrained = rest.keys().any(|k| is_validation_key(k));
-        if constrained {
+        if !unsure.is_empty() {
             let n = self.flat_schema(&rest)?;
-            values.retain(|v| n.matches(canonical_json(v).as_bytes()));
+            kept.extend(
+                unsure
+                    .into_iter()
+                    .filter(|v| n.matches(canonical_json(v).as_bytes())),
+            );
         }
-        Ok(Node::alt(values.iter().map(value_node).collect()))
+        Ok(Node::alt(kept.iter().map(value_node).collect()))
     }
 
     fn bounds(&self, m: &Map<String, Value>) -> R<(Option<FBound>, Option<FBound>)> {
@@ -1757,7 +1783,7 @@ fn pointer_escape(k: &str) -> String {
     k.replace('~', "~0").replace('/', "~1")
 }
 
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
