@@ -403,7 +403,15 @@ fn coverage_file(
         .unwrap_or_default();
     let (mut rejects, mut accepts) = (Vec::new(), Vec::new());
     let mut times = Vec::new();
+    // Draft 4 tells `1.0` (a number) from `1` (an integer); the canonical form cannot.
+    let draft4 = file
+        .pointer("/schema/$schema")
+        .and_then(Value::as_str)
+        .is_some_and(|s| s.contains("draft-04"));
     for (i, t) in tests.iter().enumerate() {
+        if draft4 && has_integral_float(&t["data"]) {
+            continue;
+        }
         let text = canonical_json(&t["data"]);
         let valid = t["valid"].as_bool().unwrap_or(false);
         let accepted = constraint.matches(text.as_bytes());
@@ -439,6 +447,16 @@ fn coverage_file(
         line["tests"] = json!(if accepts.is_empty() { rejects } else { accepts });
     }
     Ok(line)
+}
+
+/// Whether a value holds a float with a zero fraction (`1.0`), which canonical form writes `1`.
+fn has_integral_float(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => n.as_f64().is_some_and(|f| f.fract() == 0.0) && n.is_f64(),
+        Value::Array(a) => a.iter().any(has_integral_float),
+        Value::Object(m) => m.values().any(has_integral_float),
+        _ => false,
+    }
 }
 
 fn request_spec(body: &[u8]) -> Result<Spec, Failure> {
