@@ -223,3 +223,16 @@ fn json_object_whitespace_is_bounded() {
         m.advance(TokenId::from(b',')).unwrap();
     }
 }
+
+#[test]
+fn a_small_rule_used_everywhere_compiles_without_inlining() {
+    // Inlining copies `x` into each of its 200 uses, past the automaton bound; the compiler
+    // then keeps `x` a called rule instead of refusing (a JSON Schema's exported GBNF has
+    // this shape).
+    let uses = vec!["x"; 200].join(" \",\" ");
+    let text = format!("root ::= {uses}\nx ::= [a-z] [a-z0-9]{{0,60}} \".\"");
+    let g = poot::grammar::Grammar::new(&text).unwrap();
+    let sentence = vec!["ab1."; 200].join(",");
+    assert!(g.matches(sentence.as_bytes()));
+    assert!(!g.matches(&sentence.as_bytes()[..sentence.len() - 1]));
+}

@@ -209,13 +209,25 @@ fn too_big(rule: &str) -> GrammarError {
 
 /// Compiles a parsed grammar.
 pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
-    let n_rules = ast.rules.len();
     let inline = inlined_rules(ast);
+    match compile_with(ast, &inline) {
+        // Inlining copies a rule into every caller; when the copies are what passes the
+        // bound (a schema's GBNF with a small rule used in hundreds of places), compile
+        // without them.
+        Err(e) if e.limit && inline.iter().any(|&i| i) => {
+            compile_with(ast, &vec![false; ast.rules.len()])
+        }
+        other => other,
+    }
+}
+
+fn compile_with(ast: &Ast, inline: &[bool]) -> Result<Grammar, GrammarError> {
+    let n_rules = ast.rules.len();
     let mut nfa = Nfa {
         states: Vec::new(),
         bytes_used: 0,
         rules: &ast.rules,
-        inline: &inline,
+        inline,
     };
     let mut nstart = Vec::with_capacity(n_rules);
     let mut nend = Vec::with_capacity(n_rules);
