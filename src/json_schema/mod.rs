@@ -64,7 +64,10 @@
 //!   `writeOnly`, `contentEncoding`/`contentMediaType`/`contentSchema` from draft 2019-09 on,
 //!   `then`/`else` without `if`, and keywords JSON Schema does not define (`nullable`,
 //!   `x-...`), which validators ignore too.
-//! - Refused (except beside `enum`/`const`): `not`, `if`, `contains`, `patternProperties`,
+//! - `patternProperties` when no listed property matches a pattern, all patterns share one
+//!   schema and no other extra keys are allowed: keys matching a pattern (encoded as for
+//!   `pattern`) after the listed properties.
+//! - Refused (except beside `enum`/`const`): `not`, `if`, `contains`, other `patternProperties`,
 //!   `uniqueItems` with more than one item, `$dynamicRef`, `$recursiveRef`, and the cases
 //!   above. Two `not`s merged by `allOf` become one `not` of their `anyOf`.
 //!
@@ -1442,15 +1445,45 @@ impl<'a> Compiler<'a> {
 
     fn object(&mut self, m: &Map<String, Value>) -> R<Node> {
         let here = self.here();
-        if m.get("patternProperties")
-            .is_some_and(|p| p.as_object().is_none_or(|o| !o.is_empty()))
-        {
-            return Err(unsupported(
-                "patternProperties",
-                &here,
-                "keys matching patterns",
-            ));
+        // patternProperties: keys matching a pattern, when no listed key matches one (it would
+        // need both schemas), there is one value schema for all patterns (a key matching two
+        // would need both), and no other extra keys are allowed (they would need "matches no
+        // pattern").
+        let patterns: Vec<(String, Value)> = match m.get("patternProperties") {
+            None => Vec::new(),
+            Some(Value::Object(pp)) => pp.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Some(_) => {
+                return Err(Fail::Invalid(format!(
+                    "`patternProperties` at {here} must be an object"
+                )))
+            }
+        };
+        let mut pattern_nodes = Vec::new();
+        for (p, _) in &patterns {
+            pattern_nodes.push(string::pattern_content(p).map_err(|why| {
+                unsupported("patternProperties", &here, &format!("`{p}` uses {why}"))
+            })?);
         }
+        if !patterns.is_empty() {
+            if patterns.iter().any(|(_, s)| *s != patterns[0].1) {
+                return Err(unsupported(
+                    "patternProperties",
+                    &here,
+                    "several patterns with different schemas",
+                ));
+            }
+            if m.get("additionalProperties")
+                .is_some_and(|a| *a != Value::Bool(false))
+                || m.contains_key("propertyNames")
+            {
+                return Err(unsupported(
+                    "patternProperties",
+                    &here,
+                    "beside additionalProperties or propertyNames",
+                ));
+            }
+        }
+        let matches_pattern = |k: &str| pattern_nodes.iter().any(|n| n.matches(k.as_bytes()));
         let empty = Map::new();
         let props = match m.get("properties") {
             None => &empty,
@@ -1483,7 +1516,7 @@ impl<'a> Compiler<'a> {
         let extra: Option<Value> = match extra_schema {
             Some(Value::Bool(false)) => None,
             Some(v) => Some(v.clone()),
-            None if props.is_empty() => Some(Value::Bool(true)),
+            None if props.is_empty() && patterns.is_empty() => Some(Value::Bool(true)),
             None => None,
         };
         // propertyNames: listed keys must satisfy it; extra keys only without listed ones.
@@ -1591,7 +1624,9 @@ impl<'a> Compiler<'a> {
                 continue;
             };
             for (trigger, dep) in deps {
-                let fires = emitted.contains(trigger.as_str()) || extra.is_some();
+                let fires = emitted.contains(trigger.as_str())
+                    || extra.is_some()
+                    || matches_pattern(trigger);
                 if !fires {
                     continue;
                 }
@@ -1636,6 +1671,21 @@ impl<'a> Compiler<'a> {
                     1
                 };
                 seq_items.push((Node::list(item, sep(), min_extra, extra_max), false));
+            }
+        }
+        if !patterns.is_empty() {
+            if keys.iter().any(|k| matches_pattern(k)) {
+                return Err(unsupported(
+                    "patternProperties",
+                    &here,
+                    "a pattern that matches a listed property",
+                ));
+            }
+            let key = Node::alt(pattern_nodes.iter().map(string::string_node).collect());
+            let value = self.at("patternProperties", |c| c.schema(&patterns[0].1))?;
+            if value != Node::Nothing && extra_max != Some(0) {
+                let item = Node::concat(vec![key, colon(), value]);
+                seq_items.push((Node::list(item, sep(), 1, extra_max), false));
             }
         }
         let body = Node::seq(seq_items, sep(), nonempty && r == 0);
