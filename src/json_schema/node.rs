@@ -595,19 +595,33 @@ fn nfa_node(b: &mut Builder, n: &Node) -> Result<Frag, Box<thompson::BuildError>
             Ok((next, end))
         }
         Node::Class(r) => {
+            // UTF-8 sequences share their common suffixes (every multi-byte sequence ends in
+            // [80-BF]...): without that, each lead-byte range would bring its own chain of
+            // continuation states, ~10 more automaton states in every string of a schema.
             let end = b.add_empty()?;
+            let mut shared: HashMap<(u8, u8, StateID), StateID> = HashMap::new();
             let mut starts = Vec::new();
             for &(lo, hi) in r {
                 for seq in Utf8Sequences::new(lo, hi) {
                     let mut next = end;
                     for range in seq.as_slice().iter().rev() {
-                        next = b.add_range(Transition {
-                            start: range.start,
-                            end: range.end,
-                            next,
-                        })?;
+                        let key = (range.start, range.end, next);
+                        next = match shared.get(&key) {
+                            Some(&id) => id,
+                            None => {
+                                let id = b.add_range(Transition {
+                                    start: range.start,
+                                    end: range.end,
+                                    next,
+                                })?;
+                                shared.insert(key, id);
+                                id
+                            }
+                        };
                     }
-                    starts.push(next);
+                    if !starts.contains(&next) {
+                        starts.push(next);
+                    }
                 }
             }
             let s = b.add_union(starts)?;
