@@ -113,3 +113,14 @@ mod gpu_bindings {
         }
     }
 }
+
+/// The GBNF grammar (llama.cpp syntax, entry rule `root`) accepting exactly the JSON text the
+/// `guided_json` compiler accepts for `schema_json` — what the remote client sends to servers
+/// that take `grammar`. A schema the compiler refuses throws the same 400 as `guided_json`.
+#[wasm_bindgen(js_name = schemaToGbnf)]
+pub fn schema_to_gbnf(schema_json: &str) -> Result<String, JsValue> {
+    let schema = serde_json::Value::String(schema_json.to_owned());
+    crate::json_schema::JsonSchema::compile(&schema, "guided_json")
+        .map(|compiled| compiled.gbnf())
+        .map_err(to_js_error)
+}

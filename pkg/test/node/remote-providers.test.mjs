@@ -130,14 +130,15 @@ test("llama.cpp json_object is answered 200 and constrains nothing: the probe fa
   }
 });
 
-test("the default GBNF hook skips the grammar rung with the reason while the wasm has no schemaToGbnf", async () => {
+test("the default GBNF hook derives the grammar with the wasm's schemaToGbnf, and llama.cpp's grammar rung passes", async () => {
   const server = await providerServer("llamacpp");
   try {
     const caps = await createRemoteClient({ baseURL: server.url, model: "m", provider: "llamacpp" }).probe();
     const grammar = caps.candidates.find((c) => c.mechanism === "gbnf_grammar");
-    assert.equal(grammar.verdict, "skipped");
-    assert.match(grammar.detail, /^no GBNF converter: (the wasm module has no schemaToGbnf export yet|cannot load the wasm module)/);
-    assert.ok(!server.chats.some((r) => r.body.grammar !== undefined));
+    assert.equal(grammar.verdict, "pass", grammar.detail);
+    const sent = server.chats.find((r) => r.body.grammar !== undefined);
+    assert.ok(sent, "no request carried a grammar");
+    assert.match(sent.body.grammar, /^root ::= /);
   } finally {
     await server.close();
   }
