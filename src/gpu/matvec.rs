@@ -1,5 +1,5 @@
 //! Matrix-vector (and, over several tokens, matrix-matrix) products with weights dequantized
-//! inside the shader: `shaders/matvec_{f32,f16,q8_0,q4_0,q4_1}.wgsl`.
+//! inside the shader: `shaders/matvec.wgsl`, one kernel for every format it decodes.
 //!
 //! WGSL reads only 32-bit words, so weights are laid out for the GPU once, at upload
 //! ([`repack`]): Q4_1 blocks (20 bytes) and F32 are bound as the file has them; Q8_0 (34
@@ -36,13 +36,15 @@ impl Matrix {
     }
 }
 
-fn kernel_for(format: QuantType) -> Result<Kernel> {
+/// The shaders' code for `format` (`matvec.wgsl` and `embedding.wgsl` share the table) and
+/// the words one row of `cols` weights takes in the uploaded layout.
+fn gpu_layout(format: QuantType, cols: usize) -> Result<(u32, usize)> {
     Ok(match format {
-        QuantType::F32 => kernel!("matvec_f32"),
-        QuantType::F16 => kernel!("matvec_f16"),
-        QuantType::Q8_0 => kernel!("matvec_q8_0"),
-        QuantType::Q4_0 => kernel!("matvec_q4_0"),
-        QuantType::Q4_1 => kernel!("matvec_q4_1"),
+        QuantType::F32 => (0, cols),
+        QuantType::F16 => (1, cols.div_ceil(2)),
+        QuantType::Q8_0 => (2, cols / 32 * 9),
+        QuantType::Q4_0 => (3, cols / 32 * 5),
+        QuantType::Q4_1 => (4, cols / 32 * 5),
         other => {
             return Err(Error::invalid_input(format!(
                 "{} weights have no GPU kernel yet (supported: F32, F16, Q8_0, Q4_0, Q4_1)",
@@ -64,7 +66,7 @@ fn le32(b: &[u8]) -> u32 {
 /// Lays out `rows x cols` weights of `format` (the GGUF bytes, row-major) as the matvec
 /// shaders read them. Pure and cheap: one pass over the bytes.
 pub fn repack(format: QuantType, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<u32>> {
-    kernel_for(format)?;
+    gpu_layout(format, cols)?;
     let row_bytes = format.row_bytes(cols)?;
     let expected = row_bytes.checked_mul(rows).ok_or_else(|| {
         Error::limit_exceeded(format!(
@@ -98,7 +100,7 @@ pub fn repack(format: QuantType, rows: usize, cols: usize, bytes: &[u8]) -> Resu
                 words.extend(block[2..].chunks_exact(4).map(le32));
             }
         }
-        _ => unreachable!("kernel_for accepted only the formats above"),
+        _ => unreachable!("gpu_layout accepted only the formats above"),
     }
     Ok(words)
 }
@@ -190,15 +192,19 @@ impl Context {
             ))
             .with_param("x"));
         }
+        let (format, row_words) = gpu_layout(matrix.format, matrix.cols)?;
         let params = [
             matrix.rows as u32,
             matrix.cols as u32,
             tokens as u32,
             groups_x as u32,
+            format,
+            row_words as u32,
+            0,
+            0,
         ];
         let groups = (groups_x as u32, groups_y as u32, tokens as u32);
-        let kernel = kernel_for(matrix.format)?;
-        self.record(encoder, kernel, &[&matrix.buffer, x, y], &params, groups)
+        self.record(encoder, MATVEC, &[&matrix.buffer, x, y], &params, groups)
             .await
     }
 
@@ -211,14 +217,7 @@ impl Context {
         out: &wgpu::Buffer,
         tokens: usize,
     ) -> Result<()> {
-        let (code, row_words) = match matrix.format {
-            QuantType::F32 => (0, matrix.cols),
-            QuantType::F16 => (1, matrix.cols.div_ceil(2)),
-            QuantType::Q8_0 => (2, matrix.cols / 32 * 9),
-            QuantType::Q4_0 => (3, matrix.cols / 32 * 5),
-            QuantType::Q4_1 => (4, matrix.cols / 32 * 5),
-            _ => unreachable!("upload_matrix accepts only formats with a kernel"),
-        };
+        let (code, row_words) = gpu_layout(matrix.format, matrix.cols)?;
         let params = [matrix.cols as u32, tokens as u32, code, row_words as u32];
         let groups = ((tokens * matrix.cols) as u32).div_ceil(64);
         self.record(
@@ -232,6 +231,7 @@ impl Context {
     }
 }
 
+const MATVEC: Kernel = kernel!("matvec");
 const EMBEDDING: Kernel = kernel!("embedding");
 
 #[cfg(test)]

@@ -1,0 +1,148 @@
+// matvec: y[t][r] = sum_k W[r][k] * x[t][k], with W dequantized in the shader. W is in the
+// layout src/gpu/matvec.rs uploads; `format` picks the decoder and is uniform across the
+// dispatch, so the branch costs nothing per element (as in embedding.wgsl).
+//
+// Formats and their "units" (what one invocation decodes per loop step):
+//   0 F32   one weight per word
+//   1 F16   two weights per word (low half first; odd rows padded with a zero half)
+//   2 Q8_0  32-weight blocks of 9 words: word 0 the scale d as f32 bits, words 1-8 the 32
+//           signed bytes (repacked from 34-byte blocks: WGSL has no 8- or 16-bit loads)
+//   3 Q4_0  32-weight blocks of 5 words: word 0 d as f32 bits, words 1-4 the nibble bytes
+//           (byte j: weight j low, weight j+16 high); weight = d * (q - 8)
+//   4 Q4_1  32-weight blocks of 5 words as in the file: word 0 the f16 d and m, words 1-4 the
+//           nibbles; weight = d * q + m
+//
+// Bindings (group 0)
+//   0  weights  array<u32>  read        rows * row_words
+//   1  x        array<f32>  read        tokens * cols activations
+//   2  y        array<f32>  read_write  tokens * rows outputs
+//   3  params   Params      uniform     rows, cols, tokens, groups_x, format, row_words
+//
+// Dispatch: (groups_x, ceil(rows / groups_x), tokens) workgroups of WG invocations; one
+// workgroup per output row and token, its invocations striding over the row's units.
+
+const WG: u32 = 64u;
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    tokens: u32,
+    groups_x: u32,
+    format: u32,
+    row_words: u32,
+    unused_a: u32,
+    unused_b: u32,
+}
+
+@group(0) @binding(0) var<storage, read> weights: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<uniform> params: Params;
+
+var<workgroup> partial_sums: array<f32, WG>;
+
+fn units_per_row() -> u32 {
+    switch params.format {
+        case 0u: {
+            return params.cols;
+        }
+        case 1u: {
+            return (params.cols + 1u) / 2u;
+        }
+        default: {
+            return params.cols / 32u;
+        }
+    }
+}
+
+// sum over the weights of unit u of the row starting at word `row`, times x from `xb`.
+fn unit_dot(row: u32, u: u32, xb: u32) -> f32 {
+    switch params.format {
+        case 0u: {
+            return bitcast<f32>(weights[row + u]) * x[xb + u];
+        }
+        case 1u: {
+            let pair = unpack2x16float(weights[row + u]);
+            let k = 2u * u;
+            var sum = pair.x * x[xb + k];
+            if (k + 1u < params.cols) {
+                sum = sum + pair.y * x[xb + k + 1u];
+            }
+            return sum;
+        }
+        case 2u: {
+            let w = row + u * 9u;
+            let xs = xb + u * 32u;
+            var q_dot_x = 0.0;
+            for (var i = 0u; i < 8u; i = i + 1u) {
+                let packed = weights[w + 1u + i];
+                for (var k = 0u; k < 4u; k = k + 1u) {
+                    // Sign-extend byte k: move it to the top, then shift back arithmetically.
+                    let q = bitcast<i32>(packed << (24u - 8u * k)) >> 24u;
+                    q_dot_x = q_dot_x + f32(q) * x[xs + i * 4u + k];
+                }
+            }
+            return bitcast<f32>(weights[w]) * q_dot_x;
+        }
+        case 3u: {
+            let w = row + u * 5u;
+            let xs = xb + u * 32u;
+            var q_dot_x = 0.0;
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                let packed = weights[w + 1u + i];
+                for (var k = 0u; k < 4u; k = k + 1u) {
+                    let byte = (packed >> (8u * k)) & 0xffu;
+                    let j = i * 4u + k;
+                    q_dot_x = q_dot_x + (f32(byte & 0xfu) - 8.0) * x[xs + j]
+                        + (f32(byte >> 4u) - 8.0) * x[xs + j + 16u];
+                }
+            }
+            return bitcast<f32>(weights[w]) * q_dot_x;
+        }
+        default: {
+            let w = row + u * 5u;
+            let xs = xb + u * 32u;
+            let dm = unpack2x16float(weights[w]);
+            var q_dot_x = 0.0;
+            var x_sum = 0.0;
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                let packed = weights[w + 1u + i];
+                for (var k = 0u; k < 4u; k = k + 1u) {
+                    let byte = (packed >> (8u * k)) & 0xffu;
+                    let j = i * 4u + k;
+                    let x_lo = x[xs + j];
+                    let x_hi = x[xs + j + 16u];
+                    q_dot_x = q_dot_x + f32(byte & 0xfu) * x_lo + f32(byte >> 4u) * x_hi;
+                    x_sum = x_sum + x_lo + x_hi;
+                }
+            }
+            return dm.x * q_dot_x + dm.y * x_sum;
+        }
+    }
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index) local: u32) {
+    let row = group.x + group.y * params.groups_x;
+    let token = group.z;
+    var sum = 0.0;
+    if (row < params.rows) {
+        let units = units_per_row();
+        let row_base = row * params.row_words;
+        let x_base = token * params.cols;
+        for (var u = local; u < units; u = u + WG) {
+            sum = sum + unit_dot(row_base, u, x_base);
+        }
+    }
+    partial_sums[local] = sum;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (local < stride) {
+            partial_sums[local] = partial_sums[local] + partial_sums[local + stride];
+        }
+        workgroupBarrier();
+    }
+    if (local == 0u && row < params.rows) {
+        y[token * params.rows + row] = partial_sums[0];
+    }
+}
