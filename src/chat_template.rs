@@ -1,14 +1,21 @@
 //! Rendering a model's chat template (`tokenizer.chat_template`, Jinja) for a conversation.
 //!
 //! Templates run in `minijinja` with the variables Hugging Face templates expect
-//! (`messages`, `add_generation_prompt`, `bos_token`, `eos_token`) and `raise_exception`.
-//! A template comes from the model file, so it is untrusted: rendering is bounded by
-//! minijinja's fuel ([`TEMPLATE_FUEL`] instructions) and its recursion limit instead of a
-//! clock, and an error names the template's failure.
+//! (`messages`, `tools`, `add_generation_prompt`, `bos_token`, `eos_token`), the function
+//! `raise_exception` and the filter `tojson`. A template comes from the model file, so it is
+//! untrusted: rendering is bounded by minijinja's fuel ([`TEMPLATE_FUEL`] instructions) and its
+//! recursion limit instead of a clock, and an error names the template's failure.
+//!
+//! `tojson` is Hugging Face's, not Jinja's: Python `json.dumps` with `ensure_ascii=False`, so
+//! `{"name": "x", "a": "<b>"}` keeps its spaces after `,` and `:` and its `<` (Jinja's and
+//! minijinja's escape `<>&'` for HTML). Tool-calling templates (Qwen 2.5: `tool | tojson`,
+//! `tool_call.arguments | tojson`) were trained on that text, so the prompt matches it byte for
+//! byte except for key order: maps here keep their keys sorted.
 
 use std::collections::BTreeMap;
 
-use minijinja::{Environment, Value};
+use minijinja::value::{Kwargs, ValueKind};
+use minijinja::{Environment, State, Value};
 
 use crate::error::{Error, Result};
 
@@ -41,28 +48,46 @@ pub fn render(
     bos_token: &str,
     eos_token: &str,
 ) -> Result<String> {
-    let mut env = Environment::new();
-    env.set_fuel(Some(TEMPLATE_FUEL));
-    env.add_function(
-        "raise_exception",
-        |msg: String| -> std::result::Result<Value, minijinja::Error> {
-            Err(minijinja::Error::new(
-                minijinja::ErrorKind::InvalidOperation,
-                msg,
-            ))
-        },
-    );
+    let messages: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
+        .collect();
+    render_chat(
+        template,
+        &messages,
+        None,
+        add_generation_prompt,
+        bos_token,
+        eos_token,
+    )
+}
+
+/// Renders OpenAI-shaped messages (JSON objects: `role`, `content` as a string or null, `name`,
+/// `tool_calls`, `tool_call_id`) and the request's `tools` array (as given; `None` renders as
+/// `none`, as Hugging Face passes it) through `template`.
+///
+/// Each `tool_calls[i].function.arguments` that is JSON text reaches the template as the parsed
+/// value (the Hugging Face convention: templates write `arguments | tojson`); text that does not
+/// parse stays a string. Everything else is passed as given.
+pub fn render_chat(
+    template: &str,
+    messages: &[serde_json::Value],
+    tools: Option<&serde_json::Value>,
+    add_generation_prompt: bool,
+    bos_token: &str,
+    eos_token: &str,
+) -> Result<String> {
+    let env = environment();
     let messages: Vec<Value> = messages
         .iter()
-        .map(|m| {
-            let mut map = BTreeMap::new();
-            map.insert("role".to_string(), Value::from(m.role.as_str()));
-            map.insert("content".to_string(), Value::from(m.content.as_str()));
-            Value::from(map)
-        })
+        .map(|m| to_template_value(&parse_call_arguments(m)))
         .collect();
     let mut ctx = BTreeMap::new();
     ctx.insert("messages".to_string(), Value::from(messages));
+    ctx.insert(
+        "tools".to_string(),
+        tools.map_or(Value::from(()), to_template_value),
+    );
     ctx.insert(
         "add_generation_prompt".to_string(),
         Value::from(add_generation_prompt),
@@ -76,6 +101,237 @@ pub fn render(
     };
     let tmpl = env.template_from_str(template).map_err(fail)?;
     tmpl.render(Value::from(ctx)).map_err(fail)
+}
+
+/// The one environment every render uses: fuel, `raise_exception`, Hugging Face's `tojson`.
+fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_fuel(Some(TEMPLATE_FUEL));
+    env.add_function(
+        "raise_exception",
+        |msg: String| -> std::result::Result<Value, minijinja::Error> {
+            Err(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                msg,
+            ))
+        },
+    );
+    env.add_filter("tojson", tojson_filter);
+    env
+}
+
+/// A copy of `message` whose tool calls carry their arguments as parsed JSON.
+fn parse_call_arguments(message: &serde_json::Value) -> serde_json::Value {
+    let mut m = message.clone();
+    if let Some(calls) = m.get_mut("tool_calls").and_then(|c| c.as_array_mut()) {
+        for call in calls {
+            if let Some(args) = call.pointer_mut("/function/arguments") {
+                if let Some(parsed) = args
+                    .as_str()
+                    .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+                {
+                    *args = parsed;
+                }
+            }
+        }
+    }
+    m
+}
+
+/// A JSON value as a template value (objects become maps with sorted keys).
+fn to_template_value(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Null => Value::from(()),
+        serde_json::Value::Bool(b) => Value::from(*b),
+        serde_json::Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Value::from(u)
+            } else {
+                Value::from(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        serde_json::Value::String(s) => Value::from(s.as_str()),
+        serde_json::Value::Array(items) => {
+            Value::from(items.iter().map(to_template_value).collect::<Vec<_>>())
+        }
+        serde_json::Value::Object(map) => Value::from(
+            map.iter()
+                .map(|(k, v)| (k.clone(), to_template_value(v)))
+                .collect::<BTreeMap<_, _>>(),
+        ),
+    }
+}
+
+/// A template value as JSON, counting the values visited in `nodes`; functions and other
+/// opaque objects are written as their display text, undefined as null.
+fn from_template_value(
+    v: &Value,
+    nodes: &mut u64,
+) -> std::result::Result<serde_json::Value, minijinja::Error> {
+    *nodes += 1;
+    Ok(match v.kind() {
+        ValueKind::Undefined | ValueKind::None => serde_json::Value::Null,
+        ValueKind::Bool => serde_json::Value::Bool(v.is_true()),
+        ValueKind::Number => {
+            if let Ok(i) = i64::try_from(v.clone()) {
+                i.into()
+            } else if let Ok(u) = u64::try_from(v.clone()) {
+                u.into()
+            } else {
+                serde_json::Number::from_f64(f64::try_from(v.clone())?)
+                    .map_or(serde_json::Value::Null, serde_json::Value::Number)
+            }
+        }
+        ValueKind::String => serde_json::Value::String(v.as_str().unwrap_or_default().into()),
+        ValueKind::Bytes => serde_json::Value::String(
+            String::from_utf8_lossy(v.as_bytes().unwrap_or_default()).into_owned(),
+        ),
+        ValueKind::Seq | ValueKind::Iterable => serde_json::Value::Array(
+            v.try_iter()?
+                .map(|item| from_template_value(&item, nodes))
+                .collect::<std::result::Result<_, _>>()?,
+        ),
+        ValueKind::Map => {
+            let mut map = serde_json::Map::new();
+            for key in v.try_iter()? {
+                let item = v.get_item(&key)?;
+                let key = key.as_str().map_or_else(|| key.to_string(), str::to_string);
+                map.insert(key, from_template_value(&item, nodes)?);
+            }
+            serde_json::Value::Object(map)
+        }
+        _ => serde_json::Value::String(v.to_string()),
+    })
+}
+
+/// Hugging Face's `tojson(x, ensure_ascii=False, indent=None, separators=None,
+/// sort_keys=False)`; charges one unit of fuel per value written.
+fn tojson_filter(
+    state: &State,
+    value: &Value,
+    indent: Option<Value>,
+    kwargs: Kwargs,
+) -> std::result::Result<Value, minijinja::Error> {
+    let indent = match indent {
+        Some(v) => Some(v),
+        None => kwargs.get::<Option<Value>>("indent")?,
+    };
+    let indent = match indent {
+        Some(v) if !v.is_none() => Some(usize::try_from(v)?),
+        _ => None,
+    };
+    let ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
+    let separators = kwargs.get::<Option<Vec<String>>>("separators")?;
+    let _sort_keys = kwargs.get::<Option<bool>>("sort_keys")?;
+    kwargs.assert_all_used()?;
+    let mut nodes = 0;
+    let json = from_template_value(value, &mut nodes)?;
+    state.consume_fuel(nodes)?;
+    let mut style = PyJson {
+        indent,
+        item_sep: if indent.is_some() { "," } else { ", " }.to_string(),
+        key_sep: ": ".to_string(),
+        ensure_ascii,
+    };
+    if let Some(seps) = separators {
+        let [item, key] = <[String; 2]>::try_from(seps).map_err(|_| {
+            minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                "tojson separators must be a pair",
+            )
+        })?;
+        style.item_sep = item;
+        style.key_sep = key;
+    }
+    let mut out = String::new();
+    style.write(&json, 0, &mut out);
+    Ok(Value::from(out))
+}
+
+/// `value` as Python's `json.dumps(value, ensure_ascii=False)` writes it: `", "` between items,
+/// `": "` after keys (what Hugging Face templates put in prompts, and the tool-call examples
+/// models are trained on).
+pub(crate) fn python_json(value: &serde_json::Value) -> String {
+    let style = PyJson {
+        indent: None,
+        item_sep: ", ".into(),
+        key_sep: ": ".into(),
+        ensure_ascii: false,
+    };
+    let mut out = String::new();
+    style.write(value, 0, &mut out);
+    out
+}
+
+/// The layout options of Python's `json.dumps`.
+struct PyJson {
+    indent: Option<usize>,
+    item_sep: String,
+    key_sep: String,
+    ensure_ascii: bool,
+}
+
+impl PyJson {
+    fn write(&self, v: &serde_json::Value, depth: usize, out: &mut String) {
+        match v {
+            serde_json::Value::String(s) => self.string(s, out),
+            serde_json::Value::Array(items) if !items.is_empty() => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    self.separator(i, depth + 1, out);
+                    self.write(item, depth + 1, out);
+                }
+                self.newline(depth, out);
+                out.push(']');
+            }
+            serde_json::Value::Object(map) if !map.is_empty() => {
+                out.push('{');
+                for (i, (k, item)) in map.iter().enumerate() {
+                    self.separator(i, depth + 1, out);
+                    self.string(k, out);
+                    out.push_str(&self.key_sep);
+                    self.write(item, depth + 1, out);
+                }
+                self.newline(depth, out);
+                out.push('}');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+
+    fn separator(&self, i: usize, depth: usize, out: &mut String) {
+        if i > 0 {
+            out.push_str(&self.item_sep);
+        }
+        self.newline(depth, out);
+    }
+
+    fn newline(&self, depth: usize, out: &mut String) {
+        if let Some(n) = self.indent {
+            out.push('\n');
+            out.extend(std::iter::repeat_n(' ', n * depth));
+        }
+    }
+
+    fn string(&self, s: &str, out: &mut String) {
+        let quoted = serde_json::Value::from(s).to_string();
+        if !self.ensure_ascii {
+            out.push_str(&quoted);
+            return;
+        }
+        for c in quoted.chars() {
+            if c.is_ascii() && c != '\x7f' {
+                out.push(c);
+            } else {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{u:04x}"));
+                }
+            }
+        }
+    }
 }
 
 /// Renders one user message with the generation prompt, using the template, BOS and EOS
@@ -107,8 +363,66 @@ pub fn render_gguf_user_prompt(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    /// The tool parts of Qwen2.5-Instruct's template, as published (system default shortened).
+    const QWEN25: &str = r#"{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen.' }}
+    {%- endif %}
+    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\nYou are Qwen.<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\n<tool_call>\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- message.content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"#;
 
     #[test]
     fn renders_the_smollm2_template() {
@@ -116,6 +430,93 @@ mod tests {
         assert_eq!(
             out,
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+        // render_chat with JSON messages and tools the template ignores: the same text.
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        let chat = render_chat(
+            CHATML,
+            &[json!({"role": "user", "content": "Hi"})],
+            Some(&tools),
+            true,
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(chat, out);
+    }
+
+    #[test]
+    fn renders_qwen25_tools_and_tool_calls() {
+        let tools = json!([{"type": "function", "function": {
+            "name": "get_weather",
+            "description": "Weather in <city>",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+        }}]);
+        let messages = [
+            json!({"role": "user", "content": "Weather in Paris and Rome?"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}},
+                {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": "not json"}}
+            ]}),
+            json!({"role": "tool", "tool_call_id": "call_1", "content": "18 C"}),
+            json!({"role": "tool", "tool_call_id": "call_2", "content": "21 C"}),
+        ];
+        let out = render_chat(QWEN25, &messages, Some(&tools), true, "", "").unwrap();
+        let want = concat!(
+            "<|im_start|>system\nYou are Qwen.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n",
+            "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n",
+            r#"{"function": {"description": "Weather in <city>", "name": "get_weather", "parameters": {"properties": {"city": {"type": "string"}}, "required": ["city"], "type": "object"}}, "type": "function"}"#,
+            "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n",
+            "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n",
+            "<|im_start|>user\nWeather in Paris and Rome?<|im_end|>\n",
+            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+            "\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \"not json\"}\n</tool_call><|im_end|>\n",
+            "<|im_start|>user\n<tool_response>\n18 C\n</tool_response>\n<tool_response>\n21 C\n</tool_response><|im_end|>\n",
+            "<|im_start|>assistant\n",
+        );
+        assert_eq!(out, want);
+        // Without tools the template takes its plain branch.
+        let out = render_chat(QWEN25, &messages[..1], None, false, "", "").unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>system\nYou are Qwen.<|im_end|>\n<|im_start|>user\nWeather in Paris and Rome?<|im_end|>\n"
+        );
+    }
+
+    #[test]
+    fn tojson_is_python_json_dumps() {
+        let r = |t: &str| {
+            render_chat(
+                t,
+                &[json!({"role": "user", "content": "a\"<é>\n", "n": [1, 2.5, true, null, {}, []]})],
+                None,
+                false,
+                "",
+                "",
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            r("{{ messages[0] | tojson }}"),
+            r#"{"content": "a\"<é>\n", "n": [1, 2.5, true, null, {}, []], "role": "user"}"#
+        );
+        assert_eq!(
+            r("{{ messages[0].n | tojson(indent=2) }}"),
+            "[\n  1,\n  2.5,\n  true,\n  null,\n  {},\n  []\n]"
+        );
+        assert_eq!(
+            r("{{ messages[0].content | tojson(ensure_ascii=true) }}"),
+            r#""a\"<\u00e9>\n""#
+        );
+        assert_eq!(
+            r("{{ {'a': [1]} | tojson(separators=[',', ':']) }}"),
+            r#"{"a":[1]}"#
+        );
+        assert_eq!(r("{{ 'x' | tojson(indent=2, sort_keys=true) }}"), r#""x""#);
+        assert!(render_chat("{{ 1 | tojson(bogus=1) }}", &[], None, false, "", "").is_err());
+        assert_eq!(
+            python_json(&json!({"b": [1, {"c": "<"}], "a": "é"})),
+            r#"{"a": "é", "b": [1, {"c": "<"}]}"#
         );
     }
 
@@ -133,6 +534,17 @@ mod tests {
         let err = render(
             "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
             &[],
+            false,
+            "",
+            "",
+        )
+        .unwrap_err();
+        assert_eq!(err.param(), Some("messages"));
+        // tojson charges fuel for the values it writes.
+        let err = render_chat(
+            "{% for i in range(100000) %}{{ messages | tojson }}{% endfor %}",
+            &[json!({"role": "user", "content": "x", "big": vec![0; 1000]})],
+            None,
             false,
             "",
             "",
