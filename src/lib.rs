@@ -20,6 +20,7 @@
 //! `gpu` ([`gpu`], wgpu compute kernels), `cli` (the `poot` binary), and `src/wasm/`
 //! (compiled only for `wasm32`, the only place that touches JavaScript).
 
+pub mod api;
 pub mod chat_template;
 pub mod choice;
 pub mod constraint;

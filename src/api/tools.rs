@@ -67,9 +67,9 @@ pub const FEATURE_MATRIX: &str = "\
 pub struct Tool {
     pub name: String,
     pub description: Option<String>,
-    /// Its JSON Schema; `{"type": "object", "properties": {}}` when absent (OpenAI's shape for
-    /// a function without parameters; as a schema it allows any object, and the `guided_json`
-    /// compiler treats it as a free-form one).
+    /// Its JSON Schema; when absent, a function without parameters: the empty object only
+    /// (`{"type": "object", "properties": {}, "additionalProperties": false}`), so a forced
+    /// call to it is `"arguments": {}` rather than a free-form object.
     pub parameters: Value,
 }
 
@@ -202,7 +202,9 @@ pub fn parse_tools(v: Option<&Value>) -> Result<Vec<Tool>> {
             }
         };
         let parameters = match f.get("parameters") {
-            None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
+            None | Some(Value::Null) => {
+                json!({"type": "object", "properties": {}, "additionalProperties": false})
+            }
             Some(p @ Value::Object(_)) => p.clone(),
             Some(_) => {
                 return Err(tools_error(format!(
@@ -324,9 +326,8 @@ impl Codec {
     /// coexist. The grammar is compiled here once to check it: a grammar over
     /// [`MAX_GRAMMAR_BYTES`] or over the grammar engine's limits is a `limit_exceeded` error
     /// naming `tools`. A tool with a few typed parameters costs ~300-500 bytes, so 16 KiB holds
-    /// some 30-50 of them; a free-form arguments object (`{"type": "object"}`, and the
-    /// default `{"type": "object", "properties": {}}` of a tool without `parameters`) costs
-    /// ~2 KiB, so `Required` over more than ~7 such tools is refused.
+    /// some 30-50 of them; a free-form arguments object (`{"type": "object"}`) costs ~2 KiB,
+    /// so `Required` over more than ~7 such tools is refused.
     pub fn forced_grammar(
         self,
         tools: &[Tool],

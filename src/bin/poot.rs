@@ -16,8 +16,8 @@
 //! time, mask times while following the valid instances) and a summary line. `trace` follows a
 //! text token by token (greedy longest match over the vocabulary) and times every mask;
 //! `sample` takes seeded random walks through the masks. `--model` may also be a Hugging Face
-//! `tokenizer.json`. Clocks live here, never in the library. Further verbs (coverage, tokenize,
-//! eval, generate, serve) arrive with the issues that build their engines.
+//! `tokenizer.json`. `tokenize`, `eval`, `generate` and `serve` run the model (`poot/model.rs`,
+//! `poot/serve.rs`). Clocks live here, never in the library.
 
 use poot::constraint::{Constraint, Matcher, Spec};
 use poot::json_schema::{canonical_json, JsonSchema};
@@ -32,12 +32,15 @@ use std::time::Instant;
 
 #[path = "poot/model.rs"]
 mod model;
+#[path = "poot/serve.rs"]
+mod serve;
 
 const USAGE: &str = "usage:
   poot tokenize --model GGUF --text TEXT
   poot eval   --model GGUF (--prompt TEXT [--chat] | --prompt-ids 1,2,3) [--top K] [--greedy N]
               [--backend cpu|gpu] [--threads T]
   poot generate --model GGUF --request FILE [--backend cpu|gpu] [--threads T]
+  poot serve  --model GGUF [--port 8080] [--host 127.0.0.1] [--backend cpu|gpu] [--threads T]
   poot check  --request FILE [--emit gbnf]
   poot coverage --model GGUF|tokenizer.json PATH...
   poot trace  --model GGUF|tokenizer.json --request FILE --output TEXT_FILE [--masks]
@@ -207,6 +210,7 @@ fn run(args: &[String]) -> Result<ExitCode, Failure> {
         "tokenize" => model::tokenize(rest),
         "eval" => model::eval(rest),
         "generate" => model::generate(rest),
+        "serve" => serve::serve(rest),
         "--version" | "-V" => {
             println!("poot {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)

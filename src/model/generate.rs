@@ -1,18 +1,14 @@
-//! The decode loop on the CPU model, and the numerics report `poot eval` prints.
-//!
-//! [`generate`] is the loop every front-end shares: forward → the constraint fills a mask →
-//! the sampler picks an allowed token → the constraint advances → repeat, until an
-//! end-of-sequence token, the constraint is finished, or `max_tokens`.
-//! [`eval`] reports raw logits after prefill and greedy steps with their top-1/top-2 margins.
+//! The [`Backend`] a decode loop drives (the loop itself is `crate::api::Run`), the CPU one,
+//! and the numerics report `poot eval` prints: [`eval`] reports raw logits after prefill and
+//! greedy steps with their top-1/top-2 margins.
 
 use serde_json::{json, Value as Json};
 
 use super::{Model, Session};
 use crate::chat_template::render_gguf_user_prompt;
-use crate::constraint::Matcher;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gguf::Gguf;
-use crate::sampling::{argmax, top_k, Sampler};
+use crate::sampling::{argmax, top_k};
 use crate::tokenizer::Tokenizer;
 use crate::vocab::TokenId;
 
@@ -23,6 +19,8 @@ pub enum Finish {
     Stop,
     /// `max_tokens` were generated.
     Length,
+    /// The output is a tool call (chat with tools).
+    ToolCalls,
 }
 
 impl Finish {
@@ -31,15 +29,9 @@ impl Finish {
         match self {
             Finish::Stop => "stop",
             Finish::Length => "length",
+            Finish::ToolCalls => "tool_calls",
         }
     }
-}
-
-/// The generated tokens (an end-of-sequence token that stopped generation is not included).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Generation {
-    pub ids: Vec<TokenId>,
-    pub finish: Finish,
 }
 
 /// A forward pass the decode loop can drive: the CPU model ([`CpuBackend`]) or the GPU one
@@ -49,6 +41,8 @@ pub trait Backend {
     fn n_vocab(&self) -> usize;
     /// Evaluates `tokens` after what the backend holds; returns the last position's logits.
     fn forward(&mut self, tokens: &[TokenId]) -> Result<Vec<f32>>;
+    /// Forgets the positions from `len` on (a no-op when fewer are held).
+    fn truncate(&mut self, len: usize);
 }
 
 /// The CPU model and one session of it.
@@ -66,62 +60,10 @@ impl<B: AsRef<[u8]>> Backend for CpuBackend<'_, B> {
     fn forward(&mut self, tokens: &[TokenId]) -> Result<Vec<f32>> {
         self.model.forward(&mut self.session, tokens)
     }
-}
 
-/// Evaluates `prompt` after what `backend` holds and generates up to `max_tokens` tokens.
-/// With a `matcher`, every step's mask comes from it and the sampler can only pick allowed
-/// tokens; `stop` lists the end-of-sequence ids (ignored while a matcher is present: its
-/// vocabulary's EOS ids end the output exactly when the constraint is complete).
-pub fn generate(
-    backend: &mut dyn Backend,
-    prompt: &[TokenId],
-    sampler: &mut Sampler,
-    mut matcher: Option<&mut Matcher>,
-    max_tokens: usize,
-    stop: &[TokenId],
-) -> Result<Generation> {
-    let n_vocab = backend.n_vocab();
-    let mut logits = backend.forward(prompt)?;
-    let mut mask = vec![0u32; crate::mask::words_for(n_vocab)];
-    let mut ids = Vec::new();
-    for step in 0..max_tokens {
-        let token = match matcher.as_deref_mut() {
-            Some(m) => {
-                m.fill_mask(&mut mask).map_err(|e| {
-                    Error::invalid_input(format!(
-                        "the constraint's vocabulary does not fit the model's {n_vocab} logits: {e}"
-                    ))
-                })?;
-                let t = sampler.sample(&mut logits, Some(&mask), &ids)?;
-                m.advance(t)?;
-                if m.is_finished() {
-                    return Ok(Generation {
-                        ids,
-                        finish: Finish::Stop,
-                    });
-                }
-                t
-            }
-            None => {
-                let t = sampler.sample(&mut logits, None, &ids)?;
-                if stop.contains(&t) {
-                    return Ok(Generation {
-                        ids,
-                        finish: Finish::Stop,
-                    });
-                }
-                t
-            }
-        };
-        ids.push(token);
-        if step + 1 < max_tokens {
-            logits = backend.forward(&[token])?;
-        }
+    fn truncate(&mut self, len: usize) {
+        self.session.truncate(len);
     }
-    Ok(Generation {
-        ids,
-        finish: Finish::Length,
-    })
 }
 
 /// What to evaluate in [`eval`].
@@ -244,11 +186,7 @@ pub fn tokenize_json(file: &[u8], text: &str) -> Result<Json> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::constraint::{Constraint, Spec};
     use crate::model::synthetic::TinySpec;
-    use crate::sampling::Params;
-    use crate::vocab::Vocabulary;
-    use std::sync::Arc;
 
     #[test]
     fn eval_reports_prompt_top_and_greedy_steps() {
@@ -278,61 +216,5 @@ mod tests {
             tokenize_json(&file, "<|im_end|>").unwrap(),
             json!({"ids": [2]})
         );
-    }
-
-    #[test]
-    fn constrained_generation_only_emits_what_the_regex_allows() {
-        let file = TinySpec::default().build();
-        let model = Model::from_gguf_bytes(&file[..]).unwrap();
-        let vocab = Arc::new(Vocabulary::from_gguf_bytes(&file).unwrap());
-        let tok = Tokenizer::from_gguf_bytes(&file).unwrap();
-        let spec = Spec::from_request(&json!({"guided_regex": "(ab|ba)+ [0-9]{2}"}))
-            .unwrap()
-            .unwrap();
-        let constraint = Arc::new(Constraint::from_spec(&spec, vocab).unwrap());
-        let prefix = regex::Regex::new(r"^(ab|ba)+( [0-9]{0,2})?$").unwrap();
-        let whole = regex::Regex::new(r"^(ab|ba)+ [0-9]{2}$").unwrap();
-        for seed in 0..4 {
-            let mut matcher = Matcher::new(constraint.clone());
-            let mut sampler = Sampler::new(Params {
-                seed,
-                temperature: 1.5,
-                ..Params::default()
-            })
-            .unwrap();
-            let session = model.session(64).unwrap();
-            let out = generate(
-                &mut CpuBackend {
-                    model: &model,
-                    session,
-                },
-                &[5, 6],
-                &mut sampler,
-                Some(&mut matcher),
-                40,
-                &[],
-            )
-            .unwrap();
-            let text = String::from_utf8(tok.decode(&out.ids, false)).unwrap();
-            assert!(prefix.is_match(&text), "seed {seed}: {text:?}");
-            if out.finish == Finish::Stop {
-                assert!(whole.is_match(&text), "{text:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn unconstrained_generation_stops_at_eos_or_length() {
-        let file = TinySpec::default().build();
-        let model = Model::from_gguf_bytes(&file[..]).unwrap();
-        let mut sampler = Sampler::new(Params::greedy()).unwrap();
-        let mut backend = CpuBackend {
-            model: &model,
-            session: model.session(64).unwrap(),
-        };
-        let out = generate(&mut backend, &[5, 6], &mut sampler, None, 10, &[2]).unwrap();
-        assert!(out.ids.len() <= 10);
-        assert!(!out.ids.contains(&2));
-        assert_eq!(out.finish == Finish::Length, out.ids.len() == 10);
     }
 }

@@ -365,27 +365,36 @@ impl Tokenizer {
     /// `add_space_prefix`, the leading space of the first text token is dropped (the space
     /// the encoder added), as llama.cpp's detokenizer does.
     pub fn decode(&self, ids: &[TokenId], special: bool) -> Vec<u8> {
-        let mut strip_space = matches!(
-            self.model,
-            Model::Spm {
-                add_space_prefix: true,
-                ..
-            }
-        );
         let mut out = Vec::new();
+        let mut at_start = true;
         for &id in ids {
-            let control = self.is_control(id);
-            if !special && control {
-                continue;
-            }
-            let mut piece = self.piece(id);
-            if strip_space && !control {
-                piece = piece.strip_prefix(b" ").unwrap_or(piece);
-                strip_space = false;
-            }
-            out.extend_from_slice(piece);
+            self.decode_next(id, special, &mut at_start, &mut out);
         }
         out
+    }
+
+    /// Appends the bytes of `id` to `out` exactly as [`Tokenizer::decode`] would at this point
+    /// of a sequence, for decoding one token at a time: `at_start` starts `true` and turns
+    /// `false` at the first text token (whose SentencePiece leading space is dropped).
+    pub fn decode_next(&self, id: TokenId, special: bool, at_start: &mut bool, out: &mut Vec<u8>) {
+        let control = self.is_control(id);
+        if !special && control {
+            return;
+        }
+        let mut piece = self.piece(id);
+        if *at_start && !control {
+            if matches!(
+                self.model,
+                Model::Spm {
+                    add_space_prefix: true,
+                    ..
+                }
+            ) {
+                piece = piece.strip_prefix(b" ").unwrap_or(piece);
+            }
+            *at_start = false;
+        }
+        out.extend_from_slice(piece);
     }
 
     /// Splits `text` at special tokens, longest first (llama.cpp's `tokenizer_st_partition`).

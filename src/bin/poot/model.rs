@@ -1,28 +1,23 @@
 //! `poot tokenize | eval | generate`: the model verbs, over `poot::model` (CPU) and
 //! `poot::gpu` (wgpu; the CLI waits for it with pollster).
 //!
-//! `generate` reads the fields of an OpenAI chat or completions body that the decode loop
-//! understands today (`messages` with string contents or `prompt`, `max_tokens`,
-//! `temperature`, `top_p`, `seed`, and every constraint field `poot check` knows) and prints a
-//! `chat.completion` / `text_completion` object.
+//! `generate` runs one OpenAI chat (`messages`) or completions (`prompt`) body through
+//! `poot::api` and prints the response object, or the SSE chunks with `stream: true`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use poot::chat_template::{render, Message};
-use poot::constraint::{Constraint, Matcher, Spec};
-use poot::gguf::{Gguf, Value as GgufValue};
+use std::io::Write;
+
+use poot::api::{Endpoint, Engine, Run, RunOptions};
+use poot::gguf::Gguf;
 use poot::model::{self, Backend, CpuBackend, EvalPrompt, Model};
-use poot::sampling::{Params, Sampler};
 use poot::tokenizer::Tokenizer;
-use poot::vocab::{TokenId, Vocabulary};
+use poot::vocab::TokenId;
 use poot::Error;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{read, Failure, Options};
-
-/// Context a `generate` session holds beyond the prompt and `max_tokens`.
-const DEFAULT_MAX_TOKENS: u64 = 64;
 
 pub(super) fn tokenize(rest: &[String]) -> Result<ExitCode, Failure> {
     let opts = Options::parse(rest, &["model", "text"])?;
@@ -75,72 +70,58 @@ pub(super) fn eval(rest: &[String]) -> Result<ExitCode, Failure> {
 pub(super) fn generate(rest: &[String]) -> Result<ExitCode, Failure> {
     let opts = Options::parse(rest, &["model", "request", "backend", "threads"])?;
     let file = read(opts.required("model")?)?;
-    let body: Value = serde_json::from_slice(&read(opts.required("request")?)?)
-        .map_err(|e| Error::invalid_input(format!("the request is not JSON: {e}")))?;
-    let gguf = Gguf::parse(&file)?;
-    let tok = Tokenizer::from_gguf(&gguf)?;
-    let (prompt_text, chat) = prompt_of(&body, &gguf, &tok)?;
-    let prompt = tok.encode_prompt(&prompt_text);
-    let max_tokens = field_u64(&body, "max_tokens")?.unwrap_or(DEFAULT_MAX_TOKENS) as usize;
-    let params = Params {
-        temperature: field_f32(&body, "temperature")?.unwrap_or(1.0),
-        top_p: field_f32(&body, "top_p")?.unwrap_or(1.0),
-        seed: field_u64(&body, "seed")?.unwrap_or(0),
-        ..Params::default()
+    let body: Value = serde_json::from_slice(&read(opts.required("request")?)?).map_err(|e| {
+        Error::invalid_input(format!("the request body is not valid JSON: {e}")).with_source(e)
+    })?;
+    let engine = Arc::new(Engine::from_gguf(&Gguf::parse(&file)?)?);
+    // A body with `messages` is a chat request, anything else a completions one.
+    let endpoint = if body.get("messages").is_some() {
+        Endpoint::Chat
+    } else {
+        Endpoint::Completion
     };
-    let mut sampler = Sampler::new(params)?;
-    let mut matcher = match Spec::from_request(&body)? {
-        Some(spec) => {
-            let vocab = Arc::new(Vocabulary::from_gguf(&gguf)?);
-            Some(Matcher::new(Arc::new(Constraint::from_spec(&spec, vocab)?)))
-        }
-        None => None,
-    };
+    let mut run = Run::new(engine, &body, endpoint, run_options(endpoint))?;
     let mut cpu = Model::from_gguf_bytes(&file[..])?;
     cpu.set_threads(opts.number("threads", Some(1))? as usize);
-    let context = (prompt.len() + max_tokens).clamp(1, cpu.config().context_length);
-    let mut backend = backend(opts.values.get("backend"), &cpu, context)?;
-    let stop: Vec<TokenId> = tok
-        .eos()
-        .into_iter()
-        .chain(tok.token_id("<|im_end|>"))
-        .collect();
-    let out = model::generate(
-        backend.as_mut(),
-        &prompt,
-        &mut sampler,
-        matcher.as_mut(),
-        max_tokens,
-        &stop,
-    )?;
-    let text = String::from_utf8_lossy(&tok.decode(&out.ids, false)).into_owned();
-    let usage = json!({
-        "prompt_tokens": prompt.len(),
-        "completion_tokens": out.ids.len(),
-        "total_tokens": prompt.len() + out.ids.len(),
-    });
-    let response = if chat {
-        json!({
-            "object": "chat.completion",
-            "model": model_name(&gguf),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": out.finish.as_str()}],
-            "usage": usage,
-        })
+    let mut backend = backend(opts.values.get("backend"), &cpu, run.context_needed())?;
+    let stream = run.request().stream;
+    let mut out = std::io::stdout().lock();
+    run.drive(backend.as_mut(), &mut |chunk| {
+        writeln!(out, "data: {chunk}\n").is_ok()
+    })?;
+    if stream {
+        writeln!(out, "data: [DONE]\n").map_err(|e| Failure::Io(e.to_string()))?;
     } else {
-        json!({
-            "object": "text_completion",
-            "model": model_name(&gguf),
-            "choices": [{"index": 0, "text": text, "finish_reason": out.finish.as_str()}],
-            "usage": usage,
-        })
-    };
-    println!("{response}");
+        writeln!(out, "{}", run.response()).map_err(|e| Failure::Io(e.to_string()))?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
+/// A response id, the time and a fresh default seed (the core has no clock or entropy).
+pub(super) fn run_options(endpoint: Endpoint) -> RunOptions {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{SystemTime, UNIX_EPOCH};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    // Time and a counter, mixed: unique per process, varied across runs.
+    let seed = (now.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32))
+        .wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let prefix = match endpoint {
+        Endpoint::Chat => "chatcmpl",
+        Endpoint::Completion => "cmpl",
+    };
+    RunOptions {
+        id: format!("{prefix}-{seed:016x}"),
+        created: now.as_secs(),
+        default_seed: seed,
+    }
+}
+
 /// The backend `--backend` names (default `cpu`), holding a session of `context` positions.
-fn backend<'m>(
+pub(super) fn backend<'m>(
     name: Option<&String>,
     cpu: &'m Model<&'m [u8]>,
     context: usize,
@@ -176,6 +157,10 @@ impl Backend for GpuBackend {
     fn forward(&mut self, tokens: &[TokenId]) -> poot::Result<Vec<f32>> {
         pollster::block_on(self.model.forward(&mut self.session, tokens))
     }
+
+    fn truncate(&mut self, len: usize) {
+        self.session.truncate(len);
+    }
 }
 
 fn parse_ids(ids: &str) -> Result<Vec<TokenId>, Failure> {
@@ -186,81 +171,4 @@ fn parse_ids(ids: &str) -> Result<Vec<TokenId>, Failure> {
                 .map_err(|_| Failure::Usage(format!("`{s}` is not a token id")))
         })
         .collect()
-}
-
-/// The prompt text: `messages` rendered through the model's chat template with the generation
-/// prompt (chat), or `prompt` as given (completions).
-fn prompt_of(body: &Value, gguf: &Gguf<'_>, tok: &Tokenizer) -> Result<(String, bool), Error> {
-    if let Some(messages) = body.get("messages") {
-        let list = messages
-            .as_array()
-            .filter(|m| !m.is_empty())
-            .ok_or_else(|| {
-                Error::invalid_input("messages must be a non-empty array").with_param("messages")
-            })?;
-        let mut parsed = Vec::with_capacity(list.len());
-        for (i, m) in list.iter().enumerate() {
-            let field = |k: &str| m.get(k).and_then(Value::as_str);
-            match (field("role"), field("content")) {
-                (Some(role), Some(content)) => parsed.push(Message::new(role, content)),
-                _ => {
-                    return Err(Error::invalid_input(format!(
-                        "messages[{i}] needs a string role and a string content"
-                    ))
-                    .with_param("messages"))
-                }
-            }
-        }
-        let template = gguf
-            .get("tokenizer.chat_template")
-            .and_then(GgufValue::as_str)
-            .ok_or_else(|| {
-                Error::invalid_input("the model has no chat template").with_param("model")
-            })?;
-        let piece = |id: Option<u32>| {
-            id.map(|i| String::from_utf8_lossy(tok.piece(i)).into_owned())
-                .unwrap_or_default()
-        };
-        let text = render(
-            template,
-            &parsed,
-            true,
-            &piece(tok.bos()),
-            &piece(tok.eos()),
-        )?;
-        return Ok((text, true));
-    }
-    match body.get("prompt").and_then(Value::as_str) {
-        Some(prompt) => Ok((prompt.to_owned(), false)),
-        None => Err(
-            Error::invalid_input("the request needs `messages` or a string `prompt`")
-                .with_param("messages"),
-        ),
-    }
-}
-
-fn field_u64(body: &Value, key: &str) -> Result<Option<u64>, Error> {
-    match body.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-            Error::invalid_input(format!("{key} must be a non-negative integer, got {v}"))
-                .with_param(key)
-        }),
-    }
-}
-
-fn field_f32(body: &Value, key: &str) -> Result<Option<f32>, Error> {
-    match body.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_f64().map(|x| Some(x as f32)).ok_or_else(|| {
-            Error::invalid_input(format!("{key} must be a number, got {v}")).with_param(key)
-        }),
-    }
-}
-
-fn model_name(gguf: &Gguf<'_>) -> String {
-    gguf.get("general.name")
-        .and_then(GgufValue::as_str)
-        .unwrap_or("poot")
-        .to_owned()
 }

@@ -1,0 +1,263 @@
+//! `poot serve`: the OpenAI-compatible HTTP server over `poot::api`.
+//!
+//! Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`,
+//! `GET /health`. One model, one generation at a time: HTTP threads parse and validate each
+//! request (so a 400 comes back at once, even while another request generates) and queue it
+//! for the one generation thread, which owns the model. Streams are Server-Sent Events in
+//! OpenAI's chunk format ending with `data: [DONE]`, written straight to the socket; a client
+//! that goes away fails the next write, which cancels its generation within one step.
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::sync::Arc;
+
+use poot::api::{error_body, error_status, Endpoint, Engine, Run};
+use poot::gguf::Gguf;
+use poot::model::Model;
+use poot::Error;
+use serde_json::{json, Value};
+use tiny_http::{Header, Method, Request, Response, Server};
+
+use super::model::{backend, run_options};
+use super::{read, Failure, Options};
+
+/// Largest request body accepted, in bytes (a 16 KiB schema and a long conversation fit; a
+/// larger body is a 413 before it is read whole).
+const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Requests waiting for the generation thread; past this a request is answered 503 at once
+/// rather than held (each waiting request holds a thread and its body).
+const MAX_QUEUED: usize = 256;
+
+/// What the generation thread sends back to a request's HTTP thread.
+enum Event {
+    /// A stream chunk.
+    Chunk(Value),
+    /// The run ended: the whole response (non-streamed) or nothing more to send.
+    Done(Result<Value, Error>),
+}
+
+/// A validated request waiting for the model.
+struct Job {
+    run: Run,
+    events: SyncSender<Event>,
+}
+
+pub(super) fn serve(rest: &[String]) -> Result<ExitCode, Failure> {
+    let opts = Options::parse(rest, &["model", "port", "host", "backend", "threads"])?;
+    // The weights live as long as the process; leaking the buffer lets the generation thread
+    // own a model that borrows them.
+    let file: &'static [u8] = Box::leak(read(opts.required("model")?)?.into_boxed_slice());
+    let engine = Arc::new(Engine::from_gguf(&Gguf::parse(file)?)?);
+    let host = opts.values.get("host").map_or("127.0.0.1", String::as_str);
+    let port = opts.number("port", Some(8080))?;
+    let threads = opts.number("threads", Some(1))? as usize;
+    let backend_name = opts.values.get("backend").cloned();
+
+    let (jobs, queue) = channel::<Job>();
+    let queued = Arc::new(AtomicUsize::new(0));
+    // Built before listening, so a model or backend that cannot load fails the command.
+    let mut cpu = Model::from_gguf_bytes(file)?;
+    cpu.set_threads(threads);
+    // Check the backend once now (a GPU that is missing fails here, not on the first request).
+    drop(backend(backend_name.as_ref(), &cpu, 1)?);
+    {
+        let queued = queued.clone();
+        std::thread::spawn(move || generation_thread(cpu, backend_name, queue, queued));
+    }
+
+    let server = Server::http(format!("{host}:{port}"))
+        .map_err(|e| Failure::Io(format!("cannot listen on {host}:{port}: {e}")))?;
+    eprintln!(
+        "poot serve: {} on http://{host}:{port}/v1",
+        engine.model_name()
+    );
+    for request in server.incoming_requests() {
+        let engine = engine.clone();
+        let jobs = jobs.clone();
+        let queued = queued.clone();
+        std::thread::spawn(move || handle(request, &engine, &jobs, &queued));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs queued jobs one at a time on the model.
+fn generation_thread(
+    cpu: Model<&'static [u8]>,
+    backend_name: Option<String>,
+    queue: Receiver<Job>,
+    queued: Arc<AtomicUsize>,
+) {
+    for mut job in queue {
+        queued.fetch_sub(1, Ordering::SeqCst);
+        let result = backend(backend_name.as_ref(), &cpu, job.run.context_needed())
+            .map_err(|e| match e {
+                Failure::Request(e) => e,
+                other => Error::gpu(format!("{other:?}")),
+            })
+            .and_then(|mut b| {
+                let events = &job.events;
+                job.run.drive(b.as_mut(), &mut |chunk| {
+                    events.send(Event::Chunk(chunk)).is_ok()
+                })
+            });
+        let _ = job
+            .events
+            .send(Event::Done(result.map(|()| job.run.response())));
+    }
+}
+
+fn header(name: &str, value: &str) -> Header {
+    Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("ASCII header")
+}
+
+fn json_response(status: u16, body: &Value) -> Response<std::io::Cursor<Vec<u8>>> {
+    Response::from_data(body.to_string().into_bytes())
+        .with_status_code(status)
+        .with_header(header("Content-Type", "application/json"))
+}
+
+fn error_response(status: u16, error: &Error) -> Response<std::io::Cursor<Vec<u8>>> {
+    json_response(status, &error_body(error))
+}
+
+fn handle(mut request: Request, engine: &Arc<Engine>, jobs: &Sender<Job>, queued: &AtomicUsize) {
+    let path = request.url().split('?').next().unwrap_or("").to_owned();
+    let method = request.method().clone();
+    let endpoint = match (method, path.as_str()) {
+        (Method::Get, "/health") => {
+            let _ = request.respond(json_response(200, &json!({"status": "ok"})));
+            return;
+        }
+        (Method::Get, "/v1/models") => {
+            let _ = request.respond(json_response(200, &engine.models_json()));
+            return;
+        }
+        (Method::Post, "/v1/chat/completions") => Endpoint::Chat,
+        (Method::Post, "/v1/completions") => Endpoint::Completion,
+        (_, "/health" | "/v1/models" | "/v1/chat/completions" | "/v1/completions") => {
+            let err =
+                Error::invalid_input(format!("{} is not allowed on {path}", request.method()));
+            let _ = request.respond(error_response(405, &err));
+            return;
+        }
+        _ => {
+            let err = Error::invalid_input(format!("no route {path}"));
+            let _ = request.respond(error_response(404, &err));
+            return;
+        }
+    };
+    let body = match read_body(&mut request) {
+        Ok(body) => body,
+        Err((status, err)) => {
+            let _ = request.respond(error_response(status, &err));
+            return;
+        }
+    };
+    let run = serde_json::from_slice::<Value>(&body)
+        .map_err(|e| Error::invalid_input(format!("the request body is not valid JSON: {e}")))
+        .and_then(|v| Run::new(engine.clone(), &v, endpoint, run_options(endpoint)));
+    let run = match run {
+        Ok(run) => run,
+        Err(err) => {
+            let _ = request.respond(error_response(error_status(&err), &err));
+            return;
+        }
+    };
+    let stream = run.request().stream;
+    let warnings = run.warnings();
+    if queued.fetch_add(1, Ordering::SeqCst) >= MAX_QUEUED {
+        queued.fetch_sub(1, Ordering::SeqCst);
+        let err = Error::limit_exceeded(format!(
+            "{MAX_QUEUED} requests are already waiting; try again later"
+        ));
+        let _ = request.respond(error_response(503, &err));
+        return;
+    }
+    // A small buffer: the generation thread waits for a slow reader rather than piling up
+    // chunks (and a gone reader fails the send, which cancels the run).
+    let (events, replies) = sync_channel(16);
+    if jobs.send(Job { run, events }).is_err() {
+        let err = Error::gpu("the generation thread has stopped");
+        let _ = request.respond(error_response(500, &err));
+        return;
+    }
+    let warning_header = (!warnings.as_array().is_none_or(Vec::is_empty))
+        .then(|| header("x-poot-warnings", &warnings.to_string()));
+    if stream {
+        let mut out = request.into_writer();
+        let mut head = String::from(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n",
+        );
+        if let Some(h) = &warning_header {
+            head.push_str(&format!("{}: {}\r\n", h.field, h.value));
+        }
+        head.push_str("\r\n");
+        if out
+            .write_all(head.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            return;
+        }
+        for event in replies {
+            let line = match event {
+                Event::Chunk(chunk) => format!("data: {chunk}\n\n"),
+                Event::Done(Ok(_)) => "data: [DONE]\n\n".to_owned(),
+                // Headers are gone: an error mid-stream is an error event, then the end.
+                Event::Done(Err(err)) => format!("data: {}\n\ndata: [DONE]\n\n", error_body(&err)),
+            };
+            if out
+                .write_all(line.as_bytes())
+                .and_then(|()| out.flush())
+                .is_err()
+            {
+                // Dropping `replies` makes the generation thread's next send fail.
+                return;
+            }
+        }
+    } else {
+        for event in replies {
+            if let Event::Done(result) = event {
+                let mut response = match result {
+                    Ok(body) => json_response(200, &body),
+                    Err(err) => error_response(error_status(&err), &err),
+                };
+                if let Some(h) = warning_header {
+                    response.add_header(h);
+                }
+                let _ = request.respond(response);
+                return;
+            }
+        }
+    }
+}
+
+fn read_body(request: &mut Request) -> Result<Vec<u8>, (u16, Error)> {
+    if request.body_length().is_some_and(|n| n > MAX_BODY_BYTES) {
+        return Err((413, too_large()));
+    }
+    let mut body = Vec::new();
+    let reader = request.as_reader();
+    reader
+        .take(MAX_BODY_BYTES as u64 + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| {
+            (
+                400,
+                Error::invalid_input(format!("cannot read the request body: {e}")),
+            )
+        })?;
+    if body.len() > MAX_BODY_BYTES {
+        return Err((413, too_large()));
+    }
+    Ok(body)
+}
+
+fn too_large() -> Error {
+    Error::limit_exceeded(format!(
+        "the request body is over the limit of {MAX_BODY_BYTES} bytes"
+    ))
+}

@@ -1,0 +1,223 @@
+//! End to end on the reference model (SmolLM2-135M-Instruct, CPU): every constraint kind
+//! through the OpenAI surface, each output checked by an independent oracle (the `regex`
+//! crate, the `jsonschema` crate, serde_json), and forced tool calls with n = 3.
+
+mod model_support;
+
+use std::sync::{Arc, OnceLock};
+
+use model_support::reference_gguf;
+use poot::api::{Endpoint, Engine, Run, RunOptions};
+use poot::gguf::Gguf;
+use poot::model::{CpuBackend, Model};
+use serde_json::{json, Value};
+
+struct Reference {
+    file: Vec<u8>,
+    engine: Arc<Engine>,
+}
+
+fn reference() -> &'static Reference {
+    static R: OnceLock<Reference> = OnceLock::new();
+    R.get_or_init(|| {
+        let file = reference_gguf();
+        let engine = Arc::new(Engine::from_gguf(&Gguf::parse(&file).unwrap()).unwrap());
+        Reference { file, engine }
+    })
+}
+
+fn complete(body: Value) -> Value {
+    let r = reference();
+    let mut model = Model::from_gguf_bytes(&r.file[..]).unwrap();
+    model.set_threads(2);
+    let endpoint = if body.get("messages").is_some() {
+        Endpoint::Chat
+    } else {
+        Endpoint::Completion
+    };
+    let opts = RunOptions {
+        id: "chatcmpl-ref".into(),
+        created: 0,
+        default_seed: 11,
+    };
+    let mut run = Run::new(r.engine.clone(), &body, endpoint, opts).unwrap();
+    let mut backend = CpuBackend {
+        model: &model,
+        session: model.session(run.context_needed()).unwrap(),
+    };
+    run.drive(&mut backend, &mut |_| true).unwrap();
+    run.response()
+}
+
+fn user(text: &str, extra: Value) -> Value {
+    let mut body = json!({"messages": [{"role": "user", "content": text}], "max_tokens": 64,
+                          "temperature": 0.7, "seed": 5});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+fn message(response: &Value, i: usize) -> &Value {
+    &response["choices"][i]["message"]
+}
+
+fn validate(schema: &Value, instance: &Value) {
+    let validator = jsonschema::validator_for(schema).unwrap();
+    assert!(
+        validator.is_valid(instance),
+        "{instance} does not conform to {schema}"
+    );
+}
+
+#[test]
+fn guided_json_the_specs_character_schema() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name":  {"type": "string"},
+            "age":   {"type": "integer", "minimum": 1, "maximum": 120},
+            "class": {"enum": ["warrior", "mage", "rogue"]}
+        },
+        "required": ["name", "class"]
+    });
+    for field in ["guided_json", "response_format"] {
+        let constraint = if field == "guided_json" {
+            schema.clone()
+        } else {
+            json!({"type": "json_schema", "json_schema": {"name": "character", "schema": schema}})
+        };
+        let out = complete(user(
+            "Make a character.",
+            json!({ field: constraint, "n": 2 }),
+        ));
+        for i in 0..2 {
+            let text = message(&out, i)["content"].as_str().unwrap();
+            assert_eq!(out["choices"][i]["finish_reason"], "stop", "{text}");
+            let value: Value = serde_json::from_str(text).unwrap();
+            validate(&schema, &value);
+        }
+    }
+}
+
+#[test]
+fn guided_regex_choice_grammar_and_json_object() {
+    let out = complete(user(
+        "When was the Eiffel Tower finished?",
+        json!({"guided_regex": "[0-9]{4}-[0-9]{2}-[0-9]{2}"}),
+    ));
+    let text = message(&out, 0)["content"].as_str().unwrap();
+    assert!(
+        regex::Regex::new("^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+            .unwrap()
+            .is_match(text),
+        "{text}"
+    );
+
+    let out = complete(user(
+        "Is the sky blue?",
+        json!({"guided_choice": ["yes", "no", "maybe"], "n": 3}),
+    ));
+    for i in 0..3 {
+        let text = message(&out, i)["content"].as_str().unwrap();
+        assert!(["yes", "no", "maybe"].contains(&text), "{text}");
+    }
+
+    let grammar = r#"root ::= expr
+expr ::= term (("+" | "-") term)*
+term ::= factor (("*" | "/") factor)*
+factor ::= [0-9]+ | "(" expr ")""#;
+    let out = complete(user(
+        "Write an arithmetic expression.",
+        json!({"guided_grammar": grammar, "max_tokens": 24}),
+    ));
+    let text = message(&out, 0)["content"].as_str().unwrap();
+    let compiled = poot::grammar::Grammar::new(grammar).unwrap();
+    if out["choices"][0]["finish_reason"] == "stop" {
+        assert!(compiled.matches(text.as_bytes()), "{text}");
+    }
+    // Balanced parentheses, checked independently of the grammar engine.
+    let depth = text.chars().try_fold(0i32, |d, c| match c {
+        '(' => Some(d + 1),
+        ')' => (d > 0).then(|| d - 1),
+        _ => Some(d),
+    });
+    assert!(depth.is_some(), "{text}");
+
+    let out = complete(user(
+        "Describe a cat as JSON.",
+        json!({"response_format": {"type": "json_object"}, "max_tokens": 96}),
+    ));
+    let text = message(&out, 0)["content"].as_str().unwrap();
+    if out["choices"][0]["finish_reason"] == "stop" {
+        serde_json::from_str::<Value>(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+    }
+}
+
+#[test]
+fn forced_tool_calls_parse_and_validate_in_three_choices() {
+    let weather = json!({"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 40},
+        "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"]});
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": weather}},
+        {"type": "function", "function": {"name": "get_time", "description": "Local time in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}}, "required": ["city"]}}}
+    ]);
+    // One call per choice: with parallel calls allowed, a 135M model tends to repeat the call
+    // until max_tokens (each repeat is still a valid call, checked in the last case).
+    for (choice, parallel) in [
+        (json!("required"), false),
+        (
+            json!({"type": "function", "function": {"name": "get_weather"}}),
+            false,
+        ),
+        (json!("required"), true),
+    ] {
+        let out = complete(user(
+            "What is the weather in Paris?",
+            json!({"tools": tools, "tool_choice": choice, "n": 3, "max_tokens": 80,
+                   "parallel_tool_calls": parallel}),
+        ));
+        for i in 0..3 {
+            let m = message(&out, i);
+            if !parallel {
+                assert_eq!(out["choices"][i]["finish_reason"], "tool_calls", "{m}");
+                assert_eq!(m["tool_calls"].as_array().map(Vec::len), Some(1), "{m}");
+            }
+            let calls = m["tool_calls"].as_array().unwrap();
+            assert!(!calls.is_empty(), "{m}");
+            for call in calls {
+                let name = call["function"]["name"].as_str().unwrap();
+                assert!(call["id"].as_str().unwrap().starts_with("call_"));
+                let args: Value =
+                    serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+                let schema = tools
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|t| t["function"]["name"] == name)
+                    .unwrap_or_else(|| panic!("unknown tool {name}"))["function"]["parameters"]
+                    .clone();
+                validate(&schema, &args);
+                if choice.is_object() {
+                    assert_eq!(name, "get_weather");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn completions_and_stop_sequences_on_the_reference_model() {
+    let out = complete(
+        json!({"prompt": "The capital of France is", "max_tokens": 16,
+                              "temperature": 0, "stop": ["."]}),
+    );
+    let text = out["choices"][0]["text"].as_str().unwrap();
+    assert!(text.contains("Paris"), "{text}");
+    assert!(!text.contains('.'), "{text}");
+    assert_eq!(out["object"], "text_completion");
+    assert_eq!(out["usage"]["prompt_tokens"], 5);
+}
