@@ -14,3 +14,5 @@ export type {
   StructuredRequest,
   StructuredResult,
 } from "./remote/index.js";
+export { compileConstraint, loadVocabulary } from "./constraint.js";
+export type { CompileConstraintOptions, ConstraintMatcher, ConstraintRequest, ConstraintVocabulary, VocabularySource } from "./constraint.js";
