@@ -38,7 +38,10 @@ pub use weights::Matrix;
 
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};
+use crate::quant::{dot_f32_with, madd};
 use crate::vocab::TokenId;
+use multiversion::multiversion;
+use multiversion::target::target_cfg_f;
 use weights::{has_tensor, model_error};
 
 /// Hyper-parameters read from the GGUF metadata.
@@ -389,18 +392,8 @@ impl<B: AsRef<[u8]>> Model<B> {
                 for hq in 0..c.n_head {
                     let hk = hq / group;
                     let qh = &q[i * d + hq * hd..][..hd];
-                    let s = &mut scores[..n_ctx];
-                    for (p, s) in s.iter_mut().enumerate() {
-                        *s = crate::quant::dot_f32(qh, &kc[p * kv + hk * hd..][..hd]) * scale;
-                    }
-                    softmax(s);
                     let out = &mut att[i * d + hq * hd..][..hd];
-                    out.fill(0.0);
-                    for (p, &w) in s.iter().enumerate() {
-                        for (o, &vv) in out.iter_mut().zip(&vc[p * kv + hk * hd..][..hd]) {
-                            *o += w * vv;
-                        }
-                    }
+                    attend(qh, kc, vc, kv, hk * hd, scale, &mut scores[..n_ctx], out);
                 }
             }
             self.matmul(&layer.wo, &att, t, &mut proj);
@@ -442,8 +435,7 @@ impl<B: AsRef<[u8]>> Model<B> {
             let tile = &xs[i0 * w.cols..(i0 + tt) * w.cols];
             let out_t = &mut out_t[..w.rows * tt];
             par_rows(self.threads, w.rows, out_t, |rows, o| {
-                let mut buf = vec![0f32; w.cols];
-                w.matmul_rows_t(file, tile, tt, rows, o, &mut buf);
+                w.matmul_rows_t(file, tile, tt, rows, o)
             });
             for (r, col) in out_t.chunks_exact(tt).enumerate() {
                 for (i, &val) in col.iter().enumerate() {
@@ -486,6 +478,53 @@ fn par_rows(
     }
     let _ = threads;
     f(0..n_rows, out);
+}
+
+/// One attention head for one query: `scores[p] = q · k_p · scale` for the `scores.len()`
+/// positions (key `p` at `k[p·stride + off..][..q.len()]`, values likewise in `v`), softmax,
+/// then `out = Σ_p scores[p] · v_p`.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    stride: usize,
+    off: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    if target_cfg_f!(target_feature = "fma") {
+        attend_body::<true>(q, k, v, stride, off, scale, scores, out)
+    } else {
+        attend_body::<false>(q, k, v, stride, off, scale, scores, out)
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_body<const FMA: bool>(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    stride: usize,
+    off: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let hd = q.len();
+    for (p, s) in scores.iter_mut().enumerate() {
+        *s = dot_f32_with::<FMA>(q, &k[p * stride + off..][..hd]) * scale;
+    }
+    softmax(scores);
+    out.fill(0.0);
+    for (p, &w) in scores.iter().enumerate() {
+        for (o, &vv) in out.iter_mut().zip(&v[p * stride + off..][..hd]) {
+            *o = madd::<FMA>(w, vv, *o);
+        }
+    }
 }
 
 /// `out = x / sqrt(mean(x²) + eps) · w`, row by row (`w.len()` values per row); the mean of

@@ -95,12 +95,16 @@ impl Matrix {
         out
     }
 
+    /// The bytes of rows `rows`.
+    #[inline]
+    fn rows<'f>(&self, file: &'f [u8], rows: &Range<usize>) -> &'f [u8] {
+        &file[self.range.start + rows.start * self.row_bytes..][..rows.len() * self.row_bytes]
+    }
+
     /// `out[r] = row_r · x` for rows `rows` (a matrix-vector product over part of the rows).
     pub fn matvec_rows(&self, file: &[u8], x: &[f32], rows: Range<usize>, out: &mut [f32]) {
         debug_assert_eq!(x.len(), self.cols);
-        for (o, r) in out.iter_mut().zip(rows) {
-            *o = quant::dot_unchecked(self.ty, self.row(file, r), x);
-        }
+        quant::matvec(self.ty, self.rows(file, &rows), x, &mut out[..rows.len()]);
     }
 
     /// For `t` inputs `xs` (`t × cols`), `out_t[r - rows.start][i] = row_r · x_i`: rows
@@ -113,15 +117,10 @@ impl Matrix {
         t: usize,
         rows: Range<usize>,
         out_t: &mut [f32],
-        buf: &mut [f32],
     ) {
-        let buf = &mut buf[..self.cols];
-        for (r, o) in rows.zip(out_t.chunks_exact_mut(t)) {
-            self.dequantize_row(file, r, buf);
-            for (o, x) in o.iter_mut().zip(xs.chunks_exact(self.cols)) {
-                *o = quant::dot_f32(buf, x);
-            }
-        }
+        debug_assert_eq!(xs.len(), t * self.cols);
+        let n = rows.len();
+        quant::matmul_t(self.ty, self.rows(file, &rows), xs, t, &mut out_t[..n * t]);
     }
 }
 

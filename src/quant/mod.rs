@@ -6,17 +6,21 @@
 //! is an exact-f32 reference (llama.cpp itself rounds activations to 8 bits before its
 //! quantized dot products, this module never does).
 //!
-//! [`dot`] is the hot loop of the CPU forward pass: a 135M-parameter model does one dot
-//! product per weight row per token (~135M multiply-adds). The Q8_0 and Q4_x kernels factor the
-//! block scale out of the sum (`d * Σ q·x + m * Σ x`), so the inner loop is an int-to-float
-//! conversion and a multiply-add over 8 lanes, which LLVM vectorizes for SSE2 and wasm SIMD128.
+//! [`dot`] is the reference dot product of a weight row with f32 activations. The CPU forward
+//! pass runs the same arithmetic through the matrix kernels of `kernels.rs` (many rows, one or
+//! several inputs, AVX2/AVX-512 dispatch at run time), which are tested against it. The Q8_0
+//! and Q4_x paths factor the block scale out of the sum (`d * Σ q·x + m * Σ x`), so the inner
+//! loop is an int-to-float conversion and a multiply-add.
 //!
 //! [`quantize`] writes each format with a straightforward (not error-optimal) quantizer, so
 //! tests can build synthetic models in every type.
 
 use crate::error::{Error, Result};
 
+mod kernels;
 mod kquant;
+
+pub(crate) use kernels::{dot_f32_with, madd, matmul_t, matvec};
 
 pub use kquant::{dequantize_q4_k, dequantize_q5_k, dequantize_q6_k};
 
