@@ -16,3 +16,6 @@ export type {
 } from "./remote/index.js";
 export { compileConstraint, loadVocabulary } from "./constraint.js";
 export type { CompileConstraintOptions, ConstraintMatcher, ConstraintRequest, ConstraintVocabulary, VocabularySource } from "./constraint.js";
+export { createEngine } from "./engine.js";
+export type { BackendInfo, ChatCompletions, Completions, Engine, EngineOptions, LoadProgress, ModelSource } from "./engine.js";
+export type * from "./types.js";

@@ -86,7 +86,8 @@ pub fn logprobs_json(endpoint: Endpoint, entries: &[TokenLogprob], vocab: &Vocab
                     entry
                 })
                 .collect();
-            json!({"content": content})
+            // `refusal`: OpenAI's field for refusal tokens, which a local model never has.
+            json!({"content": content, "refusal": null})
         }
         Endpoint::Completion => {
             let text = |id: u32| String::from_utf8_lossy(vocab.bytes(id)).into_owned();
@@ -137,7 +138,8 @@ pub fn choice_json(
 ) -> Value {
     match endpoint {
         Endpoint::Chat => {
-            let mut message = json!({"role": "assistant", "content": content});
+            // `refusal` is always null (OpenAI's clients expect the field).
+            let mut message = json!({"role": "assistant", "content": content, "refusal": null});
             if !calls.is_empty() {
                 message["tool_calls"] = tool_calls_json(calls, false);
             }

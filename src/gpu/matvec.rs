@@ -105,6 +105,13 @@ pub fn repack(format: QuantType, rows: usize, cols: usize, bytes: &[u8]) -> Resu
     Ok(words)
 }
 
+/// Bytes a `rows x cols` matrix of `format` takes on the GPU (its repacked layout); an error
+/// for a format with no kernel.
+pub(crate) fn gpu_bytes(format: QuantType, rows: usize, cols: usize) -> Result<u64> {
+    let (_, row_words) = gpu_layout(format, cols)?;
+    Ok(row_words as u64 * rows as u64 * 4)
+}
+
 impl Context {
     /// Uploads a weight matrix (GGUF bytes, row-major) in the layout its kernel reads.
     pub fn upload_matrix(

@@ -91,6 +91,11 @@ impl Session {
         &self.tokens
     }
 
+    /// The context this session was sized for.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Forgets positions from `len` on (their cache entries are overwritten later).
     pub fn truncate(&mut self, len: usize) {
         self.pos = self.pos.min(len);
@@ -99,8 +104,56 @@ impl Session {
 }
 
 impl Model {
+    /// Checks, before any buffer is made, that every weight matrix has a kernel and fits one
+    /// storage binding of this adapter (`maxStorageBufferBindingSize` and `maxBufferSize`):
+    /// a model too large for the GPU is refused whole, naming the first matrix that does not
+    /// fit, rather than half-uploaded.
+    pub fn check_fits<B: AsRef<[u8]>>(ctx: &Context, cpu: &model::Model<B>) -> Result<()> {
+        let mut matrices = vec![&cpu.tok_embd, &cpu.output];
+        for l in &cpu.layers {
+            matrices.extend([&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
+        }
+        for m in matrices {
+            let bytes = super::matvec::gpu_bytes(m.ty, m.rows, m.cols).map_err(|e| {
+                Error::invalid_input(format!(
+                    "the model cannot run on the GPU: tensor `{}`: {}",
+                    m.name,
+                    e.message()
+                ))
+                .with_param("model")
+            })?;
+            if bytes > ctx.max_binding_bytes {
+                return Err(Error::limit_exceeded(format!(
+                    "the model is too large for this GPU adapter: tensor `{}` ({}x{} {}) needs \
+                     {bytes} bytes in one buffer, over the adapter's limit of {} bytes \
+                     (maxStorageBufferBindingSize / maxBufferSize)",
+                    m.name,
+                    m.rows,
+                    m.cols,
+                    m.ty.name(),
+                    ctx.max_binding_bytes
+                ))
+                .with_param("model"));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Model::upload`] inside an error scope, so an out-of-memory while creating the
+    /// buffers is an error here rather than an uncaptured device error later.
+    pub async fn upload_scoped<B: AsRef<[u8]>>(
+        ctx: Arc<Context>,
+        cpu: &model::Model<B>,
+    ) -> Result<Self> {
+        let scope = ErrorScope::push(&ctx.device);
+        let model = Self::upload(Arc::clone(&ctx), cpu);
+        scope.pop("uploading the weights").await?;
+        model
+    }
+
     /// Uploads a CPU model's weights (repacked for the kernels; see [`super::repack`]).
     pub fn upload<B: AsRef<[u8]>>(ctx: Arc<Context>, cpu: &model::Model<B>) -> Result<Self> {
+        Self::check_fits(&ctx, cpu)?;
         let file = cpu.bytes();
         let matrix = |m: &model::Matrix| {
             ctx.upload_matrix(&m.name, m.ty, m.rows, m.cols, &file[m.range.clone()])

@@ -9,6 +9,7 @@ use wasm_bindgen::prelude::*;
 use crate::error::Error;
 
 mod constraint;
+mod engine;
 
 /// Turns a crate error into a JS `Error` with `code`, `param` and `status` properties.
 fn to_js_error(error: Error) -> JsValue {
