@@ -19,3 +19,5 @@ export type { CompileConstraintOptions, ConstraintMatcher, ConstraintRequest, Co
 export { createEngine } from "./engine.js";
 export type { BackendInfo, ChatCompletions, Completions, Engine, EngineOptions, LoadProgress, ModelSource } from "./engine.js";
 export type * from "./types.js";
+export { createWorkerEngine, serveEngine } from "./worker.js";
+export type { SerializedError, WorkerEngineOptions, WorkerLike, WorkerLoadOptions, WorkerReply, WorkerRequest, WorkerScope } from "./worker.js";
