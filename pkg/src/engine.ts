@@ -247,8 +247,13 @@ class LocalRun implements StartedRun {
 
   async #drive(): Promise<void> {
     try {
+      // The CPU steps synchronously: a panic then traps inside `call`, not in a microtask.
+      const onGpu = call(() => this.#core.onGpu);
+      const step = onGpu
+        ? () => callAsync(() => this.#core.step(this.#run) as Promise<string>)
+        : async () => call(() => this.#core.stepSync(this.#run));
       while (!this.#stop && !call(() => this.#run.done)) {
-        const chunks = JSON.parse(await callAsync(() => this.#core.step(this.#run) as Promise<string>)) as object[];
+        const chunks = JSON.parse(await step()) as object[];
         if (chunks.length) {
           this.#buffer.push(...chunks);
           this.#wakeUp();

@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 
 use super::to_js_error;
-use crate::api::{Endpoint, Engine as ApiEngine, Run, RunOptions};
+use crate::api::{Endpoint, Engine as ApiEngine, Forward, Run, RunOptions};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::model::{Model, Session};
@@ -422,6 +422,38 @@ impl LocalEngine {
         })
     }
 
+    /// Whether the model runs on WebGPU (then steps are `step`, else `stepSync`).
+    #[wasm_bindgen(getter, js_name = onGpu)]
+    pub fn on_gpu(&self) -> bool {
+        self.inner
+            .try_borrow()
+            .is_ok_and(|i| !matches!(i.backend, Backend::Cpu { .. }))
+    }
+
+    /// `step` on the CPU backend, synchronously: no promise, and a panic traps in the
+    /// caller's stack (a `RuntimeError` it can catch) rather than in the microtask queue.
+    #[wasm_bindgen(js_name = stepSync)]
+    pub fn step_sync(&self, run: &EngineRun) -> Result<String, JsValue> {
+        let (forward, plan) = begin_step(&self.inner, &run.run).map_err(to_js_error)?;
+        let chunks = match plan {
+            Plan::Done => Vec::new(),
+            Plan::Logits(logits) => finish_step(&run.run, &forward, logits).map_err(to_js_error)?,
+            #[cfg(feature = "gpu")]
+            Plan::Gpu(_, s) => {
+                // Put the session back untouched: the GPU steps asynchronously.
+                let mut guard = self.inner.borrow_mut();
+                guard.busy = false;
+                if let Backend::Gpu { session, .. } = &mut guard.backend {
+                    *session = Some(s);
+                }
+                return Err(to_js_error(Error::invalid_input(
+                    "stepSync runs the CPU backend; on WebGPU use step",
+                )));
+            }
+        };
+        Ok(Value::from(chunks).to_string())
+    }
+
     /// Evaluates the run's next forward pass and samples: resolves to the new stream chunks
     /// as a JSON array (empty for a request that does not stream, and once the run is done).
     /// One step at a time per engine.
@@ -453,6 +485,8 @@ fn session_for<S>(
 
 /// What a step evaluates on, decided without holding the engine across an `await`.
 enum Plan {
+    /// The run has nothing left to evaluate.
+    Done,
     /// The CPU evaluated at once.
     Logits(Vec<f32>),
     /// The GPU model and the session taken out of the engine for the await.
@@ -460,50 +494,71 @@ enum Plan {
     Gpu(Rc<crate::gpu::Model>, Box<crate::gpu::Session>),
 }
 
-async fn step(inner: Rc<RefCell<Inner>>, run: Rc<RefCell<Run>>) -> Result<Vec<Value>> {
+/// The first half of a step: the CPU evaluates the next forward pass, the GPU gets ready to.
+fn begin_step(inner: &RefCell<Inner>, run: &RefCell<Run>) -> Result<(Forward, Plan)> {
     let (forward, needed) = {
         let run = run.try_borrow().map_err(|_| busy())?;
         match run.next_forward() {
             Some(f) => (f.clone(), run.context_needed()),
-            None => return Ok(Vec::new()),
+            None => {
+                return Ok((
+                    Forward {
+                        keep: 0,
+                        tokens: Vec::new(),
+                    },
+                    Plan::Done,
+                ))
+            }
         }
     };
-    let plan = {
-        let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
-        let inner = &mut *guard;
-        if inner.busy {
-            return Err(busy());
+    let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
+    let inner = &mut *guard;
+    if inner.busy {
+        return Err(busy());
+    }
+    let plan = match &mut inner.backend {
+        Backend::Cpu { model, session } => {
+            let mut s = session_for(session, Session::capacity, needed, || {
+                let c = model.config();
+                let floats = 2 * c.n_layer * needed * c.kv_dim();
+                probe_memory("the KV cache", floats.saturating_mul(4))?;
+                model.session(needed)
+            })?;
+            s.truncate(forward.keep);
+            let logits = model.forward(&mut s, &forward.tokens);
+            *session = Some(s);
+            Plan::Logits(logits?)
         }
-        match &mut inner.backend {
-            Backend::Cpu { model, session } => {
-                let mut s = session_for(session, Session::capacity, needed, || {
-                    let c = model.config();
-                    let floats = 2 * c.n_layer * needed * c.kv_dim();
-                    probe_memory("the KV cache", floats.saturating_mul(4))?;
-                    model.session(needed)
-                })?;
-                s.truncate(forward.keep);
-                let logits = model.forward(&mut s, &forward.tokens);
-                *session = Some(s);
-                Plan::Logits(logits?)
-            }
-            #[cfg(feature = "gpu")]
-            Backend::Gpu { model, session } => {
-                let s = session_for(
-                    session,
-                    |s| s.capacity(),
-                    needed,
-                    || model.session(needed).map(Box::new),
-                )?;
-                let model = Rc::clone(model);
-                inner.busy = true;
-                Plan::Gpu(model, s)
-            }
-            Backend::Switching => return Err(busy()),
+        #[cfg(feature = "gpu")]
+        Backend::Gpu { model, session } => {
+            let s = session_for(
+                session,
+                |s| s.capacity(),
+                needed,
+                || model.session(needed).map(Box::new),
+            )?;
+            inner.busy = true;
+            Plan::Gpu(Rc::clone(model), s)
         }
+        Backend::Switching => return Err(busy()),
     };
-    #[cfg_attr(not(feature = "gpu"), allow(clippy::infallible_destructuring_match))]
+    Ok((forward, plan))
+}
+
+/// The second half of a step: the logits of `forward` to the run.
+fn finish_step(run: &RefCell<Run>, forward: &Forward, logits: Vec<f32>) -> Result<Vec<Value>> {
+    let mut run = run.try_borrow_mut().map_err(|_| busy())?;
+    if run.next_forward() != Some(forward) {
+        // Cancelled while the GPU worked: nothing more to say.
+        return Ok(Vec::new());
+    }
+    run.on_logits(logits)
+}
+
+async fn step(inner: Rc<RefCell<Inner>>, run: Rc<RefCell<Run>>) -> Result<Vec<Value>> {
+    let (forward, plan) = begin_step(&inner, &run)?;
     let logits = match plan {
+        Plan::Done => return Ok(Vec::new()),
         Plan::Logits(logits) => logits,
         #[cfg(feature = "gpu")]
         Plan::Gpu(model, mut s) => {
@@ -517,12 +572,7 @@ async fn step(inner: Rc<RefCell<Inner>>, run: Rc<RefCell<Run>>) -> Result<Vec<Va
             logits?
         }
     };
-    let mut run = run.try_borrow_mut().map_err(|_| busy())?;
-    if run.next_forward() != Some(&forward) {
-        // Cancelled while the GPU worked: nothing more to say.
-        return Ok(Vec::new());
-    }
-    run.on_logits(logits)
+    finish_step(&run, &forward, logits)
 }
 
 #[wasm_bindgen]
