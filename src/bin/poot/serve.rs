@@ -1,7 +1,8 @@
 //! `poot serve`: the OpenAI-compatible HTTP server over `poot::api`.
 //!
 //! Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`,
-//! `GET /health`. One model, one generation at a time: HTTP threads parse and validate each
+//! `GET /health` (`status`, plus `queued`, `busy`, and `finished` requests with their
+//! `completion_tokens`, which show a cancelled stream stopped). One model, one generation at a time: HTTP threads parse and validate each
 //! request (so a 400 comes back at once, even while another request generates) and queue it
 //! for the one generation thread, which owns the model. Streams are Server-Sent Events in
 //! OpenAI's chunk format ending with `data: [DONE]`, written straight to the socket; a client
@@ -9,7 +10,7 @@
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 
@@ -39,6 +40,18 @@ enum Event {
     Done(Result<Value, Error>),
 }
 
+/// What `/health` reports besides `"status": "ok"`.
+#[derive(Default)]
+struct Stats {
+    /// Requests waiting for the generation thread.
+    queued: AtomicUsize,
+    /// Whether a request is generating now.
+    busy: AtomicBool,
+    /// Requests finished (completed, failed or cancelled) and their completion tokens.
+    finished: AtomicU64,
+    completion_tokens: AtomicU64,
+}
+
 /// A validated request waiting for the model.
 struct Job {
     run: Run,
@@ -57,15 +70,15 @@ pub(super) fn serve(rest: &[String]) -> Result<ExitCode, Failure> {
     let backend_name = opts.values.get("backend").cloned();
 
     let (jobs, queue) = channel::<Job>();
-    let queued = Arc::new(AtomicUsize::new(0));
+    let stats = Arc::new(Stats::default());
     // Built before listening, so a model or backend that cannot load fails the command.
     let mut cpu = Model::from_gguf_bytes(file)?;
     cpu.set_threads(threads);
     // Check the backend once now (a GPU that is missing fails here, not on the first request).
     drop(backend(backend_name.as_ref(), &cpu, 1)?);
     {
-        let queued = queued.clone();
-        std::thread::spawn(move || generation_thread(cpu, backend_name, queue, queued));
+        let stats = stats.clone();
+        std::thread::spawn(move || generation_thread(cpu, backend_name, queue, &stats));
     }
 
     let server = Server::http(format!("{host}:{port}"))
@@ -77,8 +90,8 @@ pub(super) fn serve(rest: &[String]) -> Result<ExitCode, Failure> {
     for request in server.incoming_requests() {
         let engine = engine.clone();
         let jobs = jobs.clone();
-        let queued = queued.clone();
-        std::thread::spawn(move || handle(request, &engine, &jobs, &queued));
+        let stats = stats.clone();
+        std::thread::spawn(move || handle(request, &engine, &jobs, &stats));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -88,10 +101,11 @@ fn generation_thread(
     cpu: Model<&'static [u8]>,
     backend_name: Option<String>,
     queue: Receiver<Job>,
-    queued: Arc<AtomicUsize>,
+    stats: &Stats,
 ) {
     for mut job in queue {
-        queued.fetch_sub(1, Ordering::SeqCst);
+        stats.busy.store(true, Ordering::SeqCst);
+        stats.queued.fetch_sub(1, Ordering::SeqCst);
         let result = backend(backend_name.as_ref(), &cpu, job.run.context_needed())
             .map_err(|e| match e {
                 Failure::Request(e) => e,
@@ -103,6 +117,10 @@ fn generation_thread(
                     events.send(Event::Chunk(chunk)).is_ok()
                 })
             });
+        let tokens = job.run.usage()["completion_tokens"].as_u64().unwrap_or(0);
+        stats.completion_tokens.fetch_add(tokens, Ordering::SeqCst);
+        stats.finished.fetch_add(1, Ordering::SeqCst);
+        stats.busy.store(false, Ordering::SeqCst);
         let _ = job
             .events
             .send(Event::Done(result.map(|()| job.run.response())));
@@ -123,12 +141,19 @@ fn error_response(status: u16, error: &Error) -> Response<std::io::Cursor<Vec<u8
     json_response(status, &error_body(error))
 }
 
-fn handle(mut request: Request, engine: &Arc<Engine>, jobs: &Sender<Job>, queued: &AtomicUsize) {
+fn handle(mut request: Request, engine: &Arc<Engine>, jobs: &Sender<Job>, stats: &Stats) {
     let path = request.url().split('?').next().unwrap_or("").to_owned();
     let method = request.method().clone();
     let endpoint = match (method, path.as_str()) {
         (Method::Get, "/health") => {
-            let _ = request.respond(json_response(200, &json!({"status": "ok"})));
+            let health = json!({
+                "status": "ok",
+                "queued": stats.queued.load(Ordering::SeqCst),
+                "busy": stats.busy.load(Ordering::SeqCst),
+                "finished": stats.finished.load(Ordering::SeqCst),
+                "completion_tokens": stats.completion_tokens.load(Ordering::SeqCst),
+            });
+            let _ = request.respond(json_response(200, &health));
             return;
         }
         (Method::Get, "/v1/models") => {
@@ -168,8 +193,8 @@ fn handle(mut request: Request, engine: &Arc<Engine>, jobs: &Sender<Job>, queued
     };
     let stream = run.request().stream;
     let warnings = run.warnings();
-    if queued.fetch_add(1, Ordering::SeqCst) >= MAX_QUEUED {
-        queued.fetch_sub(1, Ordering::SeqCst);
+    if stats.queued.fetch_add(1, Ordering::SeqCst) >= MAX_QUEUED {
+        stats.queued.fetch_sub(1, Ordering::SeqCst);
         let err = Error::limit_exceeded(format!(
             "{MAX_QUEUED} requests are already waiting; try again later"
         ));
@@ -189,7 +214,7 @@ fn handle(mut request: Request, engine: &Arc<Engine>, jobs: &Sender<Job>, queued
     if stream {
         let mut out = request.into_writer();
         let mut head = String::from(
-            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n",
         );
         if let Some(h) = &warning_header {
             head.push_str(&format!("{}: {}\r\n", h.field, h.value));
@@ -209,8 +234,14 @@ fn handle(mut request: Request, engine: &Arc<Engine>, jobs: &Sender<Job>, queued
                 // Headers are gone: an error mid-stream is an error event, then the end.
                 Event::Done(Err(err)) => format!("data: {}\n\ndata: [DONE]\n\n", error_body(&err)),
             };
+            // One HTTP chunk per event; the zero-length chunk after `[DONE]` ends the response
+            // (tiny_http keeps the socket, so the end cannot be signalled by closing it).
+            let mut frame = format!("{:x}\r\n{line}\r\n", line.len());
+            if line.ends_with("[DONE]\n\n") {
+                frame.push_str("0\r\n\r\n");
+            }
             if out
-                .write_all(line.as_bytes())
+                .write_all(frame.as_bytes())
                 .and_then(|()| out.flush())
                 .is_err()
             {
