@@ -221,3 +221,99 @@ fn completions_and_stop_sequences_on_the_reference_model() {
     assert_eq!(out["object"], "text_completion");
     assert_eq!(out["usage"]["prompt_tokens"], 5);
 }
+
+/// Logits that make greedy decoding pick the allowed token with the largest seeded score: the
+/// model is not needed to check how a SentencePiece vocabulary's text is put together.
+struct Scripted {
+    n_vocab: usize,
+    seed: u64,
+}
+
+impl poot::model::Backend for Scripted {
+    fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+    fn forward(&mut self, tokens: &[u32]) -> poot::Result<Vec<f32>> {
+        self.seed = self
+            .seed
+            .wrapping_add(u64::from(tokens[tokens.len() - 1]) + 1);
+        let s = self.seed;
+        Ok((0..self.n_vocab as u64)
+            .map(|i| {
+                let x = (i ^ s).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                (x >> 40) as f32
+            })
+            .collect())
+    }
+    fn truncate(&mut self, _len: usize) {}
+}
+
+#[test]
+fn a_sentencepiece_reply_drops_its_leading_space_but_logprobs_keep_it() {
+    let path = std::env::var("POOT_GEMMA_GGUF").unwrap_or_else(|_| {
+        panic!(
+            "POOT_GEMMA_GGUF is not set: scripts/fetch-gemma.sh prints its path; make test sets it"
+        )
+    });
+    let file = std::fs::read(&path).unwrap();
+    let engine = Arc::new(Engine::from_gguf(&Gguf::parse(&file).unwrap()).unwrap());
+    assert!(engine.codec().is_none(), "Gemma has no tool-call codec");
+    let whole_pattern = regex::Regex::new("^the [a-z]+$").unwrap();
+    let partial = regex::Regex::new("^the [a-z]*$").unwrap();
+    for seed in 0..4 {
+        let mut texts = Vec::new();
+        for stream in [false, true] {
+            // The spec's example: a pattern that starts with a space constrains the tokens a
+            // SentencePiece model emits (word-initial tokens carry the space).
+            let body = json!({"prompt": "A cat sat on", "guided_regex": " the [a-z]+",
+                              "max_tokens": 6, "temperature": 0, "logprobs": 1, "stream": stream});
+            let opts = RunOptions {
+                id: "cmpl-spm".into(),
+                created: 0,
+                default_seed: 0,
+            };
+            let mut run = Run::new(engine.clone(), &body, Endpoint::Completion, opts).unwrap();
+            let mut backend = Scripted {
+                n_vocab: 262_144,
+                seed,
+            };
+            let mut streamed = String::new();
+            run.drive(&mut backend, &mut |c| {
+                streamed.push_str(c["choices"][0]["text"].as_str().unwrap_or(""));
+                true
+            })
+            .unwrap();
+            let out = run.response();
+            let text = out["choices"][0]["text"].as_str().unwrap().to_owned();
+            let lp = &out["choices"][0]["logprobs"];
+            let first = lp["tokens"][0].as_str().unwrap();
+            assert!(
+                first.starts_with(' '),
+                "the first token {first:?} keeps its space"
+            );
+            let joined: String = lp["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_str().unwrap())
+                .collect();
+            assert_eq!(
+                joined.strip_prefix(' '),
+                Some(text.as_str()),
+                "the text drops exactly one space"
+            );
+            if out["choices"][0]["finish_reason"] == "stop" {
+                assert!(whole_pattern.is_match(&text), "{text:?}");
+            } else {
+                assert!(
+                    partial.is_match(&text) || "the ".starts_with(&text),
+                    "{text:?}"
+                );
+            }
+            if stream {
+                assert_eq!(streamed, texts[0], "streamed text equals the whole reply");
+            }
+            texts.push(text);
+        }
+    }
+}

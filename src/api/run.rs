@@ -23,7 +23,7 @@ use crate::chat_template::render_chat;
 use crate::constraint::{Constraint, Matcher, Spec};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value as GgufValue};
-use crate::model::{Backend, Config, Finish};
+use crate::model::{Backend, Finish};
 use crate::sampling::{log_softmax, top_k, Sampler};
 use crate::tokenizer::Tokenizer;
 use crate::vocab::{TokenId, Vocabulary};
@@ -41,9 +41,26 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Reads the tokenizer, vocabulary, chat template and hyper-parameters of a model.
+    /// Reads the tokenizer, vocabulary, chat template and context length of a model. Only
+    /// the header is read, whatever the architecture: whether the forward pass can run it is
+    /// the backend's business.
     pub fn from_gguf(gguf: &Gguf<'_>) -> Result<Engine> {
-        let config = Config::from_gguf(gguf)?;
+        let arch = gguf
+            .get("general.architecture")
+            .and_then(GgufValue::as_str)
+            .unwrap_or("llama");
+        let context_length = gguf
+            .get(&format!("{arch}.context_length"))
+            .and_then(GgufValue::as_u64)
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                Error::invalid_input(format!(
+                    "the model has no {arch}.context_length in its GGUF metadata"
+                ))
+                .with_param("model")
+            })?;
+        let tokenizer = Tokenizer::from_gguf(gguf)?;
         let template = gguf
             .get("tokenizer.chat_template")
             .and_then(GgufValue::as_str)
@@ -54,13 +71,13 @@ impl Engine {
             .unwrap_or("poot")
             .to_owned();
         Ok(Engine {
-            tokenizer: Tokenizer::from_gguf(gguf)?,
+            n_vocab: tokenizer.len(),
+            tokenizer,
             vocab: Arc::new(Vocabulary::from_gguf(gguf)?),
             codec: Codec::detect(template.as_deref()),
             template,
             model_name,
-            context_length: config.context_length,
-            n_vocab: config.n_vocab,
+            context_length,
         })
     }
 
@@ -388,13 +405,15 @@ impl Run {
             .pending
             .take()
             .ok_or_else(|| Error::invalid_input("the run has nothing to evaluate"))?;
-        if logits.len() != self.engine.n_vocab {
+        // A model may pad its output past the tokenizer's tokens: those rows are no token.
+        if logits.len() < self.engine.n_vocab {
             return Err(Error::invalid_input(format!(
                 "the backend returned {} logits for a vocabulary of {}",
                 logits.len(),
                 self.engine.n_vocab
             )));
         }
+        logits.truncate(self.engine.n_vocab);
         if forward.keep == 0 && self.req.n > 1 {
             self.prompt_logits = Some(logits.clone());
         }
@@ -512,11 +531,20 @@ impl Run {
     /// that the codecs parse (end-of-sequence tokens never get here).
     fn push_token(&mut self, token: TokenId) {
         let special = self.uses_tools();
+        let tok = &self.engine.tokenizer;
         let choice = &mut self.choices[self.current];
         choice.ids.push(token);
-        self.engine
-            .tokenizer
-            .decode_next(token, special, &mut choice.at_start, &mut choice.text);
+        let (first, before) = (choice.at_start, choice.text.len());
+        tok.decode_next(token, special, &mut choice.at_start, &mut choice.text);
+        // The spec: a whole reply drops the single leading space a SentencePiece model puts
+        // at its start (decode_next already did, for models that add a space prefix).
+        if first
+            && !choice.at_start
+            && tok.is_sentencepiece_without_space_prefix()
+            && choice.text.get(before) == Some(&b' ')
+        {
+            choice.text.remove(before);
+        }
     }
 
     /// Whether replies are parsed for tool calls: the model has a codec, the request has

@@ -289,6 +289,19 @@ impl Tokenizer {
         self.bos
     }
 
+    /// Whether this is a SentencePiece tokenizer that does not add a space before the text
+    /// (Gemma): its replies still start with a word-initial token's space, which
+    /// [`Tokenizer::decode`] keeps (as llama.cpp does) and the OpenAI surface drops (spec).
+    pub fn is_sentencepiece_without_space_prefix(&self) -> bool {
+        matches!(
+            self.model,
+            Model::Spm {
+                add_space_prefix: false,
+                ..
+            }
+        )
+    }
+
     /// The end-of-sequence token, if the model has one.
     pub fn eos(&self) -> Option<TokenId> {
         self.eos
