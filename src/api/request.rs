@@ -8,6 +8,7 @@
 use serde_json::{Map, Value};
 
 use super::tools::{parse_tool_choice, parse_tools, Tool, ToolChoice};
+use crate::choice::json_kind;
 use crate::constraint::Spec;
 use crate::error::{Error, Result};
 use crate::sampling::Params;
@@ -130,18 +131,6 @@ fn bad(param: &str, message: String) -> Error {
     Error::invalid_input(message).with_param(param)
 }
 
-/// The JSON kind of a value, for error messages.
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 /// Typed access to the body's fields; a present `null` counts as absent (OpenAI clients send
 /// explicit nulls for unset options).
 struct Fields<'a>(&'a Map<String, Value>);
@@ -157,7 +146,7 @@ impl<'a> Fields<'a> {
         };
         let x = v
             .as_f64()
-            .ok_or_else(|| bad(key, format!("{key} must be a number, got {}", kind(v))))?;
+            .ok_or_else(|| bad(key, format!("{key} must be a number, got {}", json_kind(v))))?;
         if !(lo..=hi).contains(&x) {
             return Err(bad(key, format!("{key} {x} must be in {range}")));
         }
@@ -183,7 +172,7 @@ impl<'a> Fields<'a> {
             Some(Value::Bool(b)) => Ok(Some(*b)),
             Some(v) => Err(bad(
                 key,
-                format!("{key} must be a boolean, got {}", kind(v)),
+                format!("{key} must be a boolean, got {}", json_kind(v)),
             )),
         }
     }
@@ -195,7 +184,7 @@ impl Request {
         let obj = body.as_object().ok_or_else(|| {
             Error::invalid_input(format!(
                 "the request body must be a JSON object, got {}",
-                kind(body)
+                json_kind(body)
             ))
         })?;
         let f = Fields(obj);
@@ -237,7 +226,7 @@ impl Request {
                         "stream_options",
                         format!(
                             "stream_options.include_usage must be a boolean, got {}",
-                            kind(v)
+                            json_kind(v)
                         ),
                     ))
                 }
@@ -245,7 +234,7 @@ impl Request {
             Some(v) => {
                 return Err(bad(
                     "stream_options",
-                    format!("stream_options must be an object, got {}", kind(v)),
+                    format!("stream_options must be an object, got {}", json_kind(v)),
                 ))
             }
         };
@@ -343,7 +332,7 @@ fn parse_messages(v: Option<&Value>) -> Result<Vec<Value>> {
         Some(v) => {
             return Err(bad(
                 "messages",
-                format!("messages must be an array, got {}", kind(v)),
+                format!("messages must be an array, got {}", json_kind(v)),
             ))
         }
         None => return Err(bad("messages", "the request needs messages".into())),
@@ -359,7 +348,7 @@ fn parse_messages(v: Option<&Value>) -> Result<Vec<Value>> {
     for (i, m) in list.iter().enumerate() {
         let at = |what: String| bad("messages", format!("messages[{i}]: {what}"));
         let Some(obj) = m.as_object() else {
-            return Err(at(format!("must be an object, got {}", kind(m))));
+            return Err(at(format!("must be an object, got {}", json_kind(m))));
         };
         let role = match obj.get("role").and_then(Value::as_str) {
             Some(r @ ("system" | "developer" | "user" | "assistant" | "tool")) => r,
@@ -402,7 +391,7 @@ fn parse_messages(v: Option<&Value>) -> Result<Vec<Value>> {
             Some(v) => {
                 return Err(at(format!(
                     "content must be a string or an array of text parts, got {}",
-                    kind(v)
+                    json_kind(v)
                 )))
             }
         };
@@ -460,7 +449,7 @@ fn parse_prompt(v: Option<&Value>) -> Result<Prompt> {
         )),
         Some(v) => Err(bad(
             "prompt",
-            format!("prompt must be a string, got {}", kind(v)),
+            format!("prompt must be a string, got {}", json_kind(v)),
         )),
         None => Err(bad("prompt", "the request needs a prompt".into())),
     }
@@ -476,7 +465,7 @@ fn parse_stop(v: Option<&Value>) -> Result<Vec<String>> {
                 "stop",
                 format!(
                     "stop must be a string or an array of strings, got {}",
-                    kind(v)
+                    json_kind(v)
                 ),
             ))
         }
@@ -499,7 +488,7 @@ fn parse_stop(v: Option<&Value>) -> Result<Vec<String>> {
             Some(s) => Ok(s.to_owned()),
             None => Err(bad(
                 "stop",
-                format!("stop sequences must be strings, got {}", kind(s)),
+                format!("stop sequences must be strings, got {}", json_kind(s)),
             )),
         })
         .collect()
@@ -514,7 +503,7 @@ fn parse_logit_bias(v: Option<&Value>) -> Result<Vec<(TokenId, f32)>> {
     let obj = v.as_object().ok_or_else(|| {
         bad(
             "logit_bias",
-            format!("logit_bias must be an object, got {}", kind(v)),
+            format!("logit_bias must be an object, got {}", json_kind(v)),
         )
     })?;
     if obj.len() > MAX_LOGIT_BIAS {
@@ -535,7 +524,7 @@ fn parse_logit_bias(v: Option<&Value>) -> Result<Vec<(TokenId, f32)>> {
             let b = b.as_f64().ok_or_else(|| {
                 bad(
                     "logit_bias",
-                    format!("logit_bias[{k}] must be a number, got {}", kind(b)),
+                    format!("logit_bias[{k}] must be a number, got {}", json_kind(b)),
                 )
             })?;
             Ok((id, b as f32))
