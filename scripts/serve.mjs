@@ -1,9 +1,12 @@
 // Static server for the demo: `/` serves www/, `/pkg/` serves the built npm package
-// (pkg/dist and pkg/wasm). Used by `make demo` and by the browser tests, so both see the
+// (pkg/dist and pkg/wasm), and `/models/default.gguf` the bundled reference model
+// ($POOT_REFERENCE_GGUF, fetched by scripts/fetch-model.sh) with its Content-Length, so the page
+// can show download progress. Used by `make demo` and by the browser tests, so both see the
 // same page. Binds 127.0.0.1 by default (a secure context, so WebGPU is available).
 import { createServer } from "node:http";
 import { createReadStream, statSync } from "node:fs";
 import { extname, join, normalize, resolve, sep } from "node:path";
+import { homedir } from "node:os";
 import { fileURLToPath } from "node:url";
 
 const repo = resolve(fileURLToPath(new URL("..", import.meta.url)));
@@ -25,7 +28,15 @@ const TYPES = {
   ".ts": "text/plain; charset=utf-8",
 };
 
-function resolvePath(urlPath) {
+/** The reference model's path: $POOT_REFERENCE_GGUF, else where scripts/fetch-model.sh puts it. */
+export function defaultModelPath() {
+  if (process.env.POOT_REFERENCE_GGUF) return process.env.POOT_REFERENCE_GGUF;
+  const cache = process.env.POOT_CACHE ?? join(homedir(), ".cache", "poot");
+  return join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+function resolvePath(urlPath, model) {
+  if (urlPath === "/models/default.gguf") return model;
   for (const [prefix, dir] of ROOTS) {
     if (!urlPath.startsWith(prefix)) continue;
     const relative = normalize(decodeURIComponent(urlPath.slice(prefix.length)));
@@ -38,9 +49,9 @@ function resolvePath(urlPath) {
 }
 
 /** Starts the server; resolves to `{ url, close() }`. Port 0 picks a free port. */
-export function startServer({ host = "127.0.0.1", port = 8080 } = {}) {
+export function startServer({ host = "127.0.0.1", port = 8080, model = defaultModelPath() } = {}) {
   const server = createServer((req, res) => {
-    let file = resolvePath(new URL(req.url ?? "/", "http://x").pathname);
+    let file = resolvePath(new URL(req.url ?? "/", "http://x").pathname, model);
     try {
       if (file && statSync(file).isDirectory()) file = join(file, "index.html");
       if (!file || !statSync(file).isFile()) throw new Error("not found");
@@ -50,9 +61,11 @@ export function startServer({ host = "127.0.0.1", port = 8080 } = {}) {
     }
     res.writeHead(200, {
       "content-type": TYPES[extname(file)] ?? "application/octet-stream",
+      "content-length": statSync(file).size,
       "cache-control": "no-cache",
     });
-    createReadStream(file).pipe(res);
+    if (req.method === "HEAD") res.end();
+    else createReadStream(file).pipe(res);
   });
   return new Promise((ready, fail) => {
     server.once("error", fail);

@@ -1,0 +1,481 @@
+// The demo page: loads a GGUF model into the engine (in a Web Worker), then chats with it under
+// the chosen constraint, streaming, and checks what came out. State for the browser tests is
+// left on `window.pootDemo`.
+import { createWorkerEngine } from "/pkg/dist/index.js";
+import { validate } from "./validate.js";
+
+const $ = (id) => document.getElementById(id);
+const DEFAULT_MODEL = new URL("/models/default.gguf", location.href).href;
+
+const CHARACTER = {
+  type: "object",
+  properties: {
+    name: { type: "string" },
+    age: { type: "integer", minimum: 1, maximum: 120 },
+    class: { enum: ["warrior", "mage", "rogue"] },
+  },
+  required: ["name", "class"],
+};
+const WEATHER_TOOL = {
+  type: "function",
+  function: {
+    name: "get_weather",
+    description: "Current weather in a city",
+    parameters: {
+      type: "object",
+      properties: { city: { type: "string", maxLength: 40 }, unit: { enum: ["celsius", "fahrenheit"] } },
+      required: ["city", "unit"],
+    },
+  },
+};
+const GRAMMAR = `root ::= expr
+expr ::= term (("+" | "-") term)*
+term ::= factor (("*" | "/") factor)*
+factor ::= [0-9]+ | "(" expr ")"`;
+
+/** Each constraint kind: its prefilled value, a fitting prompt, and how the value enters the request. */
+const KINDS = {
+  none: { label: "No constraint", value: "", prompt: "Name three colours.", help: "Plain sampling: the model may write anything." },
+  guided_choice: {
+    label: "guided_choice (a JSON array of strings)", value: JSON.stringify(["yes", "no", "maybe"]),
+    prompt: "Is the sky blue?", help: "The output is exactly one of the strings.",
+    apply: (v) => ({ guided_choice: JSON.parse(v) }),
+  },
+  guided_regex: {
+    label: "guided_regex", value: "[0-9]{4}-[0-9]{2}-[0-9]{2}", prompt: "When was the Eiffel Tower finished?",
+    help: "The whole output matches the regular expression.", apply: (v) => ({ guided_regex: v }),
+  },
+  guided_grammar: {
+    label: "guided_grammar (GBNF)", value: GRAMMAR, prompt: "Write an arithmetic expression.",
+    help: "The output is a sentence of the grammar (root rule: root).", apply: (v) => ({ guided_grammar: v }),
+  },
+  guided_json: {
+    label: "guided_json (a JSON Schema)", value: JSON.stringify(CHARACTER, null, 2),
+    prompt: "Invent a fantasy game character.", help: "The output is JSON valid under the schema.",
+    apply: (v) => ({ guided_json: JSON.parse(v) }),
+  },
+  json_schema: {
+    label: "response_format.json_schema.schema", value: JSON.stringify(CHARACTER, null, 2),
+    prompt: "Invent a fantasy game character.", help: "OpenAI's structured outputs: response_format { type: json_schema }.",
+    apply: (v) => ({ response_format: { type: "json_schema", json_schema: { name: "character", schema: JSON.parse(v) } } }),
+  },
+  json_object: {
+    label: "response_format: json_object (no value)", value: "", prompt: "Describe a cat as JSON.",
+    help: "Any JSON object.", apply: () => ({ response_format: { type: "json_object" } }),
+  },
+  tool: {
+    label: "tools (JSON array); the first one's call is forced", value: JSON.stringify([WEATHER_TOOL], null, 2),
+    prompt: "What is the weather in Paris?", help: "tool_choice names the first tool: the reply is a call to it with valid arguments.",
+    apply: (v) => {
+      const tools = JSON.parse(v);
+      const name = tools?.[0]?.function?.name;
+      return { tools, tool_choice: { type: "function", function: { name } }, parallel_tool_calls: false };
+    },
+  },
+};
+
+const state = (window.pootDemo = {
+  loaded: false, loading: false, backend: null, model: null, progress: [], error: null,
+  generating: false, last: null, swReady: false,
+});
+
+// ---------------------------------------------------------------------------------------------
+// Offline: a service worker keeps the page, the package and the wasm; the model itself sits
+// in Cache Storage, where the engine puts it.
+
+if ("serviceWorker" in navigator) {
+  navigator.serviceWorker.register("./sw.js").then(() => navigator.serviceWorker.ready).then(() => {
+    state.swReady = true;
+  }).catch((e) => console.warn("service worker not registered:", e));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading a model
+
+let worker = null;
+let engine = null;
+let loadAbort = null;
+
+function fmtBytes(n) {
+  if (n === undefined) return "?";
+  if (n < 1024) return `${n} B`;
+  if (n < 1 << 20) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / (1 << 20)).toFixed(1)} MiB`;
+}
+
+const PHASES = { download: "Downloading", cache: "Reading from the cache", parse: "Parsing", upload: "Uploading to the GPU" };
+
+function showProgress(p) {
+  state.progress.push(p);
+  const bar = $("progress");
+  const text = PHASES[p.phase] ?? p.phase;
+  if (p.total) {
+    bar.max = p.total;
+    bar.value = p.loaded;
+    $("progress-text").textContent = `${text}: ${fmtBytes(p.loaded)} of ${fmtBytes(p.total)} (${Math.floor((100 * p.loaded) / p.total)}%)`;
+  } else {
+    bar.removeAttribute("value");
+    $("progress-text").textContent = `${text}: ${fmtBytes(p.loaded)}`;
+  }
+}
+
+function showBackend(b) {
+  const el = $("backend");
+  el.dataset.kind = b.kind;
+  if (b.kind === "webgpu") {
+    el.textContent = `Backend: WebGPU — ${b.adapter ?? "unnamed adapter"}${b.isSoftware ? " (a software adapter: correct, slow)" : ""}`;
+  } else {
+    el.textContent = `Backend: CPU (WebGPU unavailable)${b.reason ? ` — ${b.reason}` : ""}`;
+  }
+}
+
+/**
+ * The engine's own "auto" takes any WebGPU adapter; a software one (SwiftShader, lavapipe) is
+ * slower than the wasm CPU path, so the demo's "auto" skips it.
+ */
+async function chooseBackend() {
+  const wanted = $("backend-choice").value;
+  if (wanted !== "auto") return { backend: wanted, note: null };
+  if (!navigator.gpu) return { backend: "cpu", note: "navigator.gpu is missing" };
+  let adapter = null;
+  try {
+    adapter = await navigator.gpu.requestAdapter();
+  } catch {}
+  if (!adapter) return { backend: "cpu", note: "no WebGPU adapter" };
+  const info = adapter.info ?? {};
+  const text = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ");
+  if (info.isFallbackAdapter || /swiftshader|llvmpipe|lavapipe|software/i.test(text)) {
+    return { backend: "cpu", note: `the only adapter (${text || "unnamed"}) is a software one, slower than the CPU path; pick "WebGPU" to use it anyway` };
+  }
+  return { backend: "auto", note: null };
+}
+
+async function loadModel(source, name) {
+  loadAbort?.abort();
+  const abort = (loadAbort = new AbortController());
+  $("send").disabled = true;
+  state.loaded = false;
+  state.loading = true;
+  state.error = null;
+  state.progress = [];
+  $("model-info").textContent = `Loading ${name}…`;
+  $("progress").value = 0;
+  $("progress-text").textContent = "Starting…";
+  if (engine) await engine.unload().catch(() => {});
+  worker?.terminate();
+  worker = new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module" });
+  try {
+    const { backend, note } = await chooseBackend();
+    const e = await createWorkerEngine(worker, { model: source, backend, onProgress: showProgress, signal: abort.signal });
+    if (abort.signal.aborted) return;
+    engine = e;
+    const info = { ...e.backend };
+    if (info.kind === "cpu" && !info.reason && note) info.reason = note;
+    state.backend = info;
+    state.model = { ...e.model, source: name };
+    showBackend(info);
+    $("progress").max = 1;
+    $("progress").value = 1;
+    $("progress-text").textContent = `Loaded ${fmtBytes(e.model.bytes)} (100%).`;
+    $("model-info").textContent = `${e.model.id} — ${e.model.architecture}, ${e.model.vocabSize.toLocaleString("en")} tokens, context ${e.model.contextLength.toLocaleString("en")}; from ${name}`;
+    $("send").disabled = false;
+    state.loaded = true;
+  } catch (err) {
+    if (abort.signal.aborted) return;
+    state.error = err.message;
+    $("progress-text").textContent = "Failed.";
+    $("model-info").innerHTML = "";
+    const p = document.createElement("span");
+    p.className = "error";
+    p.textContent = `Could not load ${name}: ${err.message}`;
+    $("model-info").append(p);
+  } finally {
+    if (!abort.signal.aborted) state.loading = false;
+  }
+}
+
+$("model-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const url = $("model-url").value.trim() || DEFAULT_MODEL;
+  loadModel(new URL(url, location.href).href, url);
+});
+$("model-file").addEventListener("change", () => {
+  const f = $("model-file").files?.[0];
+  if (f) loadModel(f, f.name);
+});
+const dropZone = $("model");
+dropZone.addEventListener("dragover", (ev) => {
+  ev.preventDefault();
+  $("drop").classList.add("over");
+});
+dropZone.addEventListener("dragleave", () => $("drop").classList.remove("over"));
+dropZone.addEventListener("drop", (ev) => {
+  ev.preventDefault();
+  $("drop").classList.remove("over");
+  const f = ev.dataTransfer?.files?.[0];
+  if (f) loadModel(f, f.name);
+});
+
+// ---------------------------------------------------------------------------------------------
+// The constraint panel
+
+function setKind(kind) {
+  const k = KINDS[kind];
+  $("constraint-label").textContent = k.label;
+  $("constraint-text").value = k.value;
+  $("constraint-text").disabled = !k.apply || k.value === "";
+  $("constraint-help").textContent = k.help;
+  $("prompt").value = k.prompt;
+  showConstraintError(null);
+}
+$("kind").addEventListener("change", () => setKind($("kind").value));
+$("constraint-text").addEventListener("input", () => showConstraintError(null));
+
+function showConstraintError(message) {
+  const el = $("constraint-error");
+  el.hidden = !message;
+  el.textContent = message ?? "";
+  $("constraint-text").setAttribute("aria-invalid", message ? "true" : "false");
+}
+
+function buildRequest() {
+  const kind = $("kind").value;
+  const k = KINDS[kind];
+  let extra = {};
+  if (k.apply) {
+    try {
+      extra = k.apply($("constraint-text").value);
+    } catch (e) {
+      throw Object.assign(new Error(`The value is not valid JSON: ${e.message}`), { status: 400, local: true });
+    }
+  }
+  return {
+    kind,
+    request: {
+      messages: [{ role: "user", content: $("prompt").value }],
+      max_tokens: Number($("max-tokens").value) || 64,
+      temperature: Number($("temperature").value),
+      ...extra,
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generating
+
+let genAbort = null;
+
+function setNumber(id, text) {
+  $(id).textContent = text;
+}
+
+async function generate() {
+  if (!engine || state.generating) return;
+  let built;
+  try {
+    built = buildRequest();
+  } catch (e) {
+    showConstraintError(e.message);
+    return;
+  }
+  const { kind, request } = built;
+  showConstraintError(null);
+  const abort = (genAbort = new AbortController());
+  const out = $("output");
+  out.textContent = "";
+  $("verdict").textContent = "";
+  $("pretty").hidden = true;
+  for (const id of ["n-tokens", "n-tps", "n-ttfc", "n-finish"]) setNumber(id, "–");
+  const run = { kind, request, text: "", toolCalls: [], finish: null, usage: null, error: null, stopped: false, verdict: null };
+  state.last = null;
+  let stream;
+  try {
+    stream = await engine.chat.completions.create({ ...request, stream: true, stream_options: { include_usage: true } }, { signal: abort.signal });
+  } catch (e) {
+    // Validation happens before any generation: a bad constraint is a 400 right here.
+    run.error = e.message;
+    showConstraintError(e.status ? `${e.status}${e.param ? ` (${e.param})` : ""}: ${e.message}` : e.message);
+    state.last = run;
+    return;
+  }
+  state.generating = true;
+  $("send").disabled = true;
+  $("stop").disabled = false;
+  out.setAttribute("aria-busy", "true");
+  $("gen-status").textContent = "Generating…";
+  const started = performance.now();
+  let first = null;
+  let chunks = 0;
+  try {
+    for await (const chunk of stream) {
+      if (chunk.usage) run.usage = chunk.usage;
+      const choice = chunk.choices?.[0];
+      if (!choice) continue;
+      const d = choice.delta ?? {};
+      if (first === null && (d.content || d.tool_calls)) {
+        first = performance.now();
+        setNumber("n-ttfc", `${((first - started) / 1000).toFixed(2)} s`);
+      }
+      if (d.content) run.text += d.content;
+      for (const tc of d.tool_calls ?? []) {
+        const slot = (run.toolCalls[tc.index ?? 0] ??= { id: "", type: "function", function: { name: "", arguments: "" } });
+        if (tc.id) slot.id = tc.id;
+        if (tc.function?.name) slot.function.name += tc.function.name;
+        if (tc.function?.arguments) slot.function.arguments += tc.function.arguments;
+      }
+      if (choice.finish_reason) run.finish = choice.finish_reason;
+      chunks++;
+      out.textContent = run.toolCalls.length
+        ? run.toolCalls.map((c) => `${c.function.name}(${c.function.arguments})`).join("\n")
+        : run.text;
+      const secs = (performance.now() - (first ?? started)) / 1000;
+      if (secs > 0 && first !== null) setNumber("n-tps", `${(chunks / secs).toFixed(1)} chunks/s (live)`);
+    }
+  } catch (e) {
+    run.error = e.message;
+    $("gen-status").textContent = `Error: ${e.message}`;
+  }
+  const secs = (performance.now() - (first ?? started)) / 1000;
+  run.stopped = abort.signal.aborted;
+  run.seconds = secs;
+  if (run.usage) {
+    setNumber("n-tokens", `${run.usage.completion_tokens} completion, ${run.usage.prompt_tokens} prompt`);
+    if (secs > 0) setNumber("n-tps", `${(run.usage.completion_tokens / ((performance.now() - started) / 1000)).toFixed(1)}`);
+  }
+  setNumber("n-finish", run.stopped ? "stopped" : run.finish ?? "–");
+  if (!run.error) $("gen-status").textContent = run.stopped ? "Stopped." : "Done.";
+  run.verdict = judge(run);
+  showVerdict(run.verdict);
+  state.last = run;
+  state.generating = false;
+  $("send").disabled = false;
+  $("stop").disabled = true;
+  out.setAttribute("aria-busy", "false");
+  $("send").focus();
+}
+
+$("chat-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  generate();
+});
+$("stop").addEventListener("click", () => genAbort?.abort());
+
+// ---------------------------------------------------------------------------------------------
+// What came out: does it parse, does it validate
+
+function judge(run) {
+  const v = { ok: null, lines: [], pretty: null };
+  const truncated = run.stopped || run.finish === "length";
+  if (truncated) v.lines.push(run.stopped ? "Stopped before the end: the output may be incomplete." : "Cut at max_tokens: the output may be incomplete.");
+  const r = run.request;
+  const schemaCheck = (schema, value, what) => {
+    const { errors, unknown } = validate(schema, value);
+    if (unknown.size) v.lines.push(`Keywords not checked here: ${[...unknown].join(", ")}`);
+    if (errors.length) v.lines.push(`${what} does not validate: ${errors.join("; ")}`);
+    else v.lines.push(`${what} is valid under the schema.`);
+    return errors.length === 0;
+  };
+  const parse = (text, what) => {
+    try {
+      const value = JSON.parse(text);
+      v.pretty = JSON.stringify(value, null, 2);
+      return { value };
+    } catch (e) {
+      v.lines.push(`${what} is not JSON: ${e.message}`);
+      return null;
+    }
+  };
+  switch (run.kind) {
+    case "none":
+      v.lines.push("No constraint: nothing to validate.");
+      break;
+    case "guided_choice":
+      v.ok = r.guided_choice.includes(run.text);
+      v.lines.push(v.ok ? `"${run.text}" is one of the choices.` : `"${run.text}" is not one of the choices.`);
+      break;
+    case "guided_regex":
+      v.ok = new RegExp(`^(?:${r.guided_regex})$`, "u").test(run.text);
+      v.lines.push(v.ok ? "The whole output matches the regex (checked with JavaScript's RegExp)." : "The output does not match the regex (checked with JavaScript's RegExp).");
+      break;
+    case "guided_grammar": {
+      let depth = 0;
+      const balanced = [...run.text].every((c) => (c === "(" ? ++depth : c === ")" ? --depth : depth) >= 0) && depth === 0;
+      const chars = /^[0-9+\-*/()]*$/.test(run.text);
+      v.ok = run.finish === "stop" && balanced && chars;
+      v.lines.push(run.finish === "stop" ? "The engine ended it: a complete sentence of the grammar." : "Not ended by the grammar.");
+      v.lines.push(`Independent check: ${chars ? "only digits, operators and parentheses" : "other characters found"}; parentheses ${balanced ? "balanced" : "not balanced"}.`);
+      break;
+    }
+    case "guided_json":
+    case "json_schema": {
+      const schema = r.guided_json ?? r.response_format.json_schema.schema;
+      const p = parse(run.text, "The output");
+      v.ok = !!p && schemaCheck(schema, p.value, "The output");
+      break;
+    }
+    case "json_object": {
+      const p = parse(run.text, "The output");
+      v.ok = !!p && typeof p.value === "object" && p.value !== null && !Array.isArray(p.value);
+      if (p) v.lines.push(v.ok ? "The output is a JSON object." : "The output is JSON but not an object.");
+      break;
+    }
+    case "tool": {
+      if (!run.toolCalls.length) {
+        v.ok = false;
+        v.lines.push("No tool call came back.");
+        break;
+      }
+      v.ok = true;
+      const pretty = [];
+      for (const call of run.toolCalls) {
+        const tool = r.tools.find((t) => t.function?.name === call.function.name);
+        let args;
+        try {
+          args = JSON.parse(call.function.arguments);
+        } catch (e) {
+          v.ok = false;
+          v.lines.push(`${call.function.name}: the arguments are not JSON: ${e.message}`);
+          continue;
+        }
+        pretty.push({ id: call.id, name: call.function.name, arguments: args });
+        if (!tool) {
+          v.ok = false;
+          v.lines.push(`${call.function.name} is not a declared tool.`);
+        } else {
+          v.ok = schemaCheck(tool.function.parameters ?? {}, args, `${call.function.name}'s arguments`) && v.ok;
+        }
+      }
+      v.pretty = JSON.stringify(pretty, null, 2);
+      break;
+    }
+  }
+  if (truncated && v.ok === false) v.ok = null; // incomplete, not wrong
+  return v;
+}
+
+function showVerdict(v) {
+  const el = $("verdict");
+  el.textContent = "";
+  const head = document.createElement("p");
+  head.className = v.ok === true ? "ok" : v.ok === false ? "bad" : "muted";
+  head.textContent = v.ok === true ? "✓ Valid" : v.ok === false ? "✗ Invalid" : "–";
+  head.dataset.ok = String(v.ok);
+  el.append(head);
+  for (const line of v.lines) {
+    const p = document.createElement("p");
+    p.textContent = line;
+    el.append(p);
+  }
+  $("pretty").hidden = !v.pretty;
+  $("pretty").textContent = v.pretty ?? "";
+}
+
+// ---------------------------------------------------------------------------------------------
+
+setKind($("kind").value);
+const params = new URLSearchParams(location.search);
+const requested = params.get("model");
+if (["auto", "webgpu", "cpu"].includes(params.get("backend"))) $("backend-choice").value = params.get("backend");
+$("backend-choice").addEventListener("change", () => $("model-form").requestSubmit());
+$("model-url").value = requested ?? "/models/default.gguf";
+loadModel(new URL($("model-url").value, location.href).href, $("model-url").value);
