@@ -239,16 +239,9 @@ fn load_vocab(path: &str) -> Result<Arc<Vocabulary>, Failure> {
         .map_err(|e| Failure::Io(format!("{path}: {e}")))
 }
 
-/// The OpenAI-shaped 400 body for an error.
-///
-/// Written by hand so the keys keep OpenAI's order (`serde_json` maps sort them).
+/// The OpenAI-shaped error body, as the server sends it.
 fn error_body(err: &Error) -> String {
-    format!(
-        r#"{{"error":{{"message":{},"type":"invalid_request_error","param":{},"code":{}}}}}"#,
-        json!(err.message()),
-        json!(err.param()),
-        json!(err.code())
-    )
+    poot::api::error_body(err).to_string()
 }
 
 fn parse_request(body: &[u8]) -> Result<Value, Error> {
