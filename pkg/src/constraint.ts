@@ -11,6 +11,7 @@
 // Everything here is a thin layer over the wasm `Vocabulary` / `Constraint` / `Matcher`: the
 // masks are the Rust engine's, bit for bit.
 import { PootError, toPootError } from "./errors.js";
+import type { ChatCompletionCreateParams, CompletionCreateParams } from "./types.js";
 import { loadWasm, type Wasm, type WasmSource } from "./wasm.js";
 
 type WasmVocabulary = Wasm["Vocabulary"]["prototype"];
@@ -110,7 +111,8 @@ export interface ConstraintMatcher {
 export interface CompileConstraintOptions {
   /** The tokens, or a vocabulary from {@link loadVocabulary} to share between constraints. */
   vocabulary: VocabularySource | ConstraintVocabulary;
-  request: ConstraintRequest;
+  /** The constraint fields, or a whole chat / completions request (an `openai` one too). */
+  request: ConstraintRequest | ChatCompletionCreateParams | CompletionCreateParams;
   /** The wasm module's bytes or location (needed once in Node; browsers find it themselves). */
   wasm?: WasmSource;
 }
@@ -217,7 +219,7 @@ function parseVocabulary(wasm: Wasm, source: VocabularySource): WasmVocabulary {
  * the model's chat template (poot's engine forces ChatML/Hermes calls only), so a request that
  * forces one gets a 400 instead of a constraint that would not say what the engine enforces.
  */
-function checkTools(request: ConstraintRequest): void {
+function checkTools(request: { tool_choice?: unknown }): void {
   const choice = request.tool_choice;
   const forcing = choice === "required" || (typeof choice === "object" && choice !== null);
   if (forcing) {
@@ -245,7 +247,7 @@ export async function compileConstraint(options: CompileConstraintOptions): Prom
   if (typeof request !== "object" || request === null || Array.isArray(request)) {
     throw invalid(`request must be an object (the constraint fields of an OpenAI request), got ${describe(request)}`, "request");
   }
-  checkTools(request);
+  checkTools(request as { tool_choice?: unknown });
   const wasm = await loadWasm(options.wasm);
   const shared = vocabulary instanceof Vocab ? vocabulary : null;
   const vocab = shared ? shared.inner : parseVocabulary(wasm, vocabulary as VocabularySource);

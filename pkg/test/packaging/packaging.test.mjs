@@ -1,0 +1,99 @@
+// The package as a consumer gets it: `npm pack` (so the `files` and `exports` fields are what is
+// tested), installed into a scratch node_modules, a tiny consumer (consumer/main.js, importing
+// `poot` by name) bundled by esbuild for the browser, the wasm copied next to the bundle, and
+// the bundle run in headless Chromium: it must find the .wasm through
+// `new URL("poot_bg.wasm", import.meta.url)` and run the constraint API and the engine.
+// Prints the wasm's size, raw and gzipped.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { gzipSync } from "node:zlib";
+import { build } from "esbuild";
+
+import { launch, openPage } from "../browser/chromium.mjs";
+import { startTestServer } from "../browser/pages/server.mjs";
+
+const PKG = fileURLToPath(new URL("../..", import.meta.url));
+const CONSUMER = fileURLToPath(new URL("./consumer/", import.meta.url));
+
+let scratch;
+let server;
+let browser;
+before(async () => {
+  assert.ok(process.env.POOT_REFERENCE_GGUF, "POOT_REFERENCE_GGUF is not set (run `make test`)");
+  scratch = mkdtempSync(join(tmpdir(), "poot-packaging-"));
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
+});
+
+test("npm pack ships dist, wasm and bin, and nothing else", () => {
+  const out = execFileSync("npm", ["pack", "--json", "--pack-destination", scratch], { cwd: PKG, encoding: "utf8" });
+  const [{ filename, files }] = JSON.parse(out);
+  const paths = files.map((f) => f.path);
+  for (const needed of ["package.json", "dist/index.js", "dist/index.d.ts", "dist/constraint.js", "dist/worker.js", "dist/engine.js", "wasm/poot.js", "wasm/poot_bg.wasm", "bin/poot.js"]) {
+    assert.ok(paths.includes(needed), `${needed} is not in the tarball`);
+  }
+  const stray = paths.filter((p) => !/^(package\.json|README\.md|LICENSE.*|dist\/|wasm\/|bin\/)/.test(p));
+  assert.deepEqual(stray, [], "only dist, wasm and bin are published");
+  mkdirSync(join(scratch, "node_modules", "poot"), { recursive: true });
+  execFileSync("tar", ["-xzf", join(scratch, filename), "-C", join(scratch, "node_modules", "poot"), "--strip-components=1"]);
+});
+
+test("an esbuild bundle importing `poot` runs in Chromium and finds its wasm by import.meta.url", { timeout: 300_000 }, async () => {
+  const app = join(scratch, "app");
+  const out = join(scratch, "out");
+  mkdirSync(app, { recursive: true });
+  mkdirSync(out, { recursive: true });
+  copyFileSync(join(CONSUMER, "main.js"), join(app, "main.js"));
+  copyFileSync(join(CONSUMER, "index.html"), join(out, "index.html"));
+  const result = await build({
+    entryPoints: [join(app, "main.js")],
+    bundle: true,
+    format: "esm",
+    platform: "browser",
+    target: "es2022",
+    minify: true,
+    outfile: join(out, "main.js"),
+    absWorkingDir: scratch,
+    logLevel: "silent",
+    metafile: true,
+  });
+  assert.deepEqual(result.errors, []);
+  // The modules that put bytes into the bundle (sideEffects: false lets esbuild drop the rest).
+  const [output] = Object.values(result.metafile.outputs);
+  const inputs = Object.entries(output.inputs).filter(([, i]) => i.bytesInOutput > 0).map(([p]) => p);
+  assert.ok(inputs.some((p) => p.startsWith("node_modules/poot/dist/")), `poot resolved from the installed package: ${inputs.join(", ")}`);
+  const remote = inputs.filter((p) => p.includes("/remote/"));
+  assert.deepEqual(remote, [], "the remote client is not bundled into a consumer that does not use it");
+  // esbuild leaves `new URL("poot_bg.wasm", import.meta.url)` alone: the wasm goes next to the bundle.
+  const bundle = readFileSync(join(out, "main.js"), "utf8");
+  assert.match(bundle, /new URL\("poot_bg\.wasm",import\.meta\.url\)/);
+  copyFileSync(join(scratch, "node_modules/poot/wasm/poot_bg.wasm"), join(out, "poot_bg.wasm"));
+
+  server = await startTestServer({ extra: { "/bundle/": out } });
+  browser = await launch();
+  const { page, errors } = await openPage(browser.context, `${server.url}bundle/index.html`);
+  await page.waitForFunction(() => window.consumer !== undefined, null, { timeout: 60_000 });
+  const got = await page.evaluate(() => window.consumer);
+  assert.equal(got.error, undefined, got.error);
+  assert.deepEqual(got.mask, [0b010], "the constraint API: only `no`");
+  assert.equal(got.backend, "cpu");
+  assert.ok(["yes", "no"].includes(got.answer), `the engine answered ${JSON.stringify(got.answer)}`);
+  assert.ok(server.requests.includes("/bundle/poot_bg.wasm"), `the wasm next to the bundle was fetched: ${server.requests.join(" ")}`);
+  assert.deepEqual(errors, []);
+
+  const wasm = readFileSync(join(out, "poot_bg.wasm"));
+  const kib = (n) => `${(n / 1024).toFixed(0)} KiB`;
+  console.log(
+    `wasm: ${kib(wasm.length)} raw, ${kib(gzipSync(wasm, { level: 9 }).length)} gzipped; ` +
+      `bundle: ${kib(statSync(join(out, "main.js")).size)} (${kib(gzipSync(bundle, { level: 9 }).length)} gzipped); ` +
+      `files next to it: ${readdirSync(out).join(", ")}`,
+  );
+});
