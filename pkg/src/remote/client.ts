@@ -311,19 +311,24 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
   };
 
   const fresh = async (force: boolean): Promise<Capabilities> => {
-    if (!force && cache) {
-      const stored = await cache.get(key).catch(() => undefined);
-      if (stored && stored.probed && Array.isArray(stored.ladder) && stored.ladder.at(-1) === "prompt_only") return stored;
-    }
     const controller = new AbortController();
-    const started = clock.now();
     let timer: ReturnType<typeof setTimeout> | undefined;
+    // The limit covers the cache too: a pluggable cache that never answers must not hold the probe.
     const limit = new Promise<Capabilities>((resolve) => {
       timer = setTimeout(() => {
         controller.abort(new Error("probe time limit"));
         resolve(zeroCapabilities(provider, endpoint, model, `the probe did not finish within ${probeTimeoutMs} ms: prompt-only JSON with repair`));
       }, probeTimeoutMs);
     });
+    if (!force && cache) {
+      const stored = await Promise.race([cache.get(key).catch(() => undefined), limit]);
+      if (controller.signal.aborted) return limit;
+      if (stored && stored.probed && Array.isArray(stored.ladder) && stored.ladder.at(-1) === "prompt_only") {
+        clearTimeout(timer);
+        return stored;
+      }
+    }
+    const started = clock.now();
     const probing = runProbe({
       provider,
       endpoint,
@@ -334,8 +339,8 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
       send: (body, mechanism, deadline) => send(body, mechanism, { attempts: 0 }, controller.signal, deadline),
     }).catch((error: unknown) => zeroCapabilities(provider, endpoint, model, `the probe failed unexpectedly: ${(error as Error).message}`));
     const caps = await Promise.race([probing, limit]);
+    if (caps.probed && cache) await Promise.race([cache.set(key, caps).catch(() => undefined), limit]);
     clearTimeout(timer);
-    if (caps.probed && cache) await cache.set(key, caps).catch(() => undefined);
     return caps;
   };
 

@@ -48,8 +48,9 @@ test("llamacpp preset: the probe picks json_schema; json_object is answered 200 
   assert.equal(caps.ladder[0], "json_schema", formatDoctor(await client.doctor()));
   assert.equal(by.json_schema.verdict, "pass");
   assert.equal(by.json_object.verdict, "fail", by.json_object.detail);
-  // The default converter is the wasm's schemaToGbnf; until it exists the rung is skipped, with the reason.
-  assert.ok(["skipped", "pass"].includes(by.gbnf_grammar.verdict), by.gbnf_grammar.detail);
+  // The default converter is the wasm's schemaToGbnf, and llama.cpp enforces the grammar it writes.
+  assert.equal(by.gbnf_grammar.verdict, "pass", by.gbnf_grammar.detail);
+  assert.deepEqual(caps.ladder, ["json_schema", "gbnf_grammar", "prompt_only"]);
   ladders.push(`llamacpp (default GBNF hook): ${caps.ladder.join(" > ")}; grammar ${by.gbnf_grammar.verdict}: ${by.gbnf_grammar.detail}`);
 });
 
@@ -114,6 +115,23 @@ test("json_schema refused at request time: demoted to the grammar rung, and the 
     assert.equal(caps.demotions[0].mechanism, "json_schema");
     assert.equal(caps.demotions[0].reason, "HTTP 400: Unrecognized request argument supplied: response_format");
     ladders.push(`llamacpp behind a proxy that starts refusing response_format: ${caps.ladder.join(" > ")}`);
+  } finally {
+    await proxy.close();
+  }
+});
+
+test("json_schema refused at request time, default (wasm) converter: the grammar rung's value validates", async () => {
+  const proxy = await refusingProxy(baseURL());
+  try {
+    const client = createRemoteClient({ baseURL: proxy.url, model: MODEL, provider: "llamacpp" });
+    assert.deepEqual((await client.probe()).ladder, ["json_schema", "gbnf_grammar", "prompt_only"]);
+    proxy.state.refuse = true;
+    const result = await client.structured({ messages: ASK, schema: PERSON, maxTokens: 96, temperature: 0 });
+    assert.equal(proxy.state.refused, 1);
+    assert.equal(result.mechanism, "gbnf_grammar");
+    assert.equal(result.rung, "none");
+    assertValid(PERSON, result.value);
+    assert.deepEqual((await client.probe()).ladder, ["gbnf_grammar", "prompt_only"]);
   } finally {
     await proxy.close();
   }
