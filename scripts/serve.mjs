@@ -71,7 +71,14 @@ export function startServer({ host = "127.0.0.1", port = 8080, model = defaultMo
     server.once("error", fail);
     server.listen(port, host, () => {
       const { port: bound } = server.address();
-      ready({ url: `http://${host}:${bound}/`, close: () => new Promise((done) => server.close(done)) });
+      ready({
+        url: `http://${host}:${bound}/`,
+        close: () =>
+          new Promise((done) => {
+            server.close(done);
+            server.closeAllConnections(); // keep-alive sockets too: the server is gone at once
+          }),
+      });
     });
   });
 }

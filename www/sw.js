@@ -33,7 +33,9 @@ async function packageModules() {
 self.addEventListener("install", (event) => {
   event.waitUntil((async () => {
     const cache = await caches.open(CACHE);
-    await cache.addAll([...SHELL.map((p) => new URL(p, self.location.href).href), ...(await packageModules())]);
+    // A Set: addAll rejects a list that names one URL twice (dist/wasm.js imports the glue).
+    const urls = new Set([...SHELL.map((p) => new URL(p, self.location.href).href), ...(await packageModules())]);
+    await cache.addAll([...urls]);
     await self.skipWaiting();
   })());
 });

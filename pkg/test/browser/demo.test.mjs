@@ -1,4 +1,4 @@
-// The demo page in real headless Chromium through WebGPU (SwiftShader here): the mask kernel
+// The mask-kernel check page (www/kernel.html) in real headless Chromium through WebGPU (SwiftShader here): the mask kernel
 // on the GPU gives the CPU twin's argmax and masked logits at every vocabulary size, the
 // adapter name is shown, and the page logs no console errors.
 import { test, before, after } from "node:test";
@@ -18,8 +18,8 @@ after(async () => {
   await server?.close();
 });
 
-test("WebGPU kernel equals the CPU twin in the demo page", { timeout: 180_000 }, async () => {
-  const { page, errors } = await openPage(browser.context, server.url);
+test("WebGPU kernel equals the CPU twin in the kernel-check page", { timeout: 180_000 }, async () => {
+  const { page, errors } = await openPage(browser.context, `${server.url}kernel.html`);
   await page.waitForFunction(() => window.pootSlice !== undefined, null, { timeout: 170_000 });
   const slice = await page.evaluate(() => window.pootSlice);
   assert.equal(slice.error, undefined, `page failed: ${slice.error}`);
@@ -35,7 +35,7 @@ test("WebGPU kernel equals the CPU twin in the demo page", { timeout: 180_000 },
   const backend = await page.textContent("#backend");
   assert.ok(backend.includes(slice.adapter.name), `adapter not shown: ${backend}`);
   assert.equal(await page.getAttribute("#status", "data-state"), "done");
-  await page.screenshot({ path: new URL("../../../test-results/demo.png", import.meta.url).pathname, fullPage: true });
+  await page.screenshot({ path: new URL("../../../test-results/kernel.png", import.meta.url).pathname, fullPage: true });
   assert.deepEqual(errors, [], `console errors: ${errors.join("\n")}`);
   console.log(`adapter: ${slice.adapter.name} (software: ${slice.adapter.isSoftware}); GPU ms per size:`,
     slice.sizes.map((s) => `${s.n}:${s.gpuMs.toFixed(1)}`).join(" "));
@@ -73,7 +73,7 @@ test("WebGPU kernel equals the JS oracle on NaN, -Infinity, ties and sparse mask
   assert.deepEqual(errors, []);
 });
 
-test("without WebGPU the demo says so plainly and still runs the CPU kernel", { timeout: 60_000 }, async () => {
+test("without WebGPU the kernel-check page says so plainly and still runs the CPU kernel", { timeout: 60_000 }, async () => {
   const page = await browser.context.newPage();
   const errors = [];
   page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
@@ -82,7 +82,7 @@ test("without WebGPU the demo says so plainly and still runs the CPU kernel", { 
   await page.addInitScript(() => {
     Object.defineProperty(Navigator.prototype, "gpu", { get: () => undefined, configurable: true });
   });
-  await page.goto(server.url);
+  await page.goto(`${server.url}kernel.html`);
   await page.waitForFunction(() => window.pootSlice !== undefined, null, { timeout: 50_000 });
   const slice = await page.evaluate(() => window.pootSlice);
   assert.equal(slice.webgpu, false);

@@ -1,0 +1,179 @@
+// The demo chat page (www/index.html) in real headless Chromium: the reference model loads with
+// progress, every constraint kind generates and its result validates, an invalid constraint
+// shows its 400 next to the field before any generation, Stop stops, screenshots (desktop and
+// narrow) go to test-results/, and a reload with the network off (the browser offline and the
+// server shut down) loads the page from the service worker and the model from Cache Storage.
+//
+// The CPU backend (?backend=cpu): WebGPU here is SwiftShader, much slower. Token budgets are
+// small and the schemas short, so the file runs in a few minutes on two slow cores.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { statSync } from "node:fs";
+
+import { defaultModelPath, startServer } from "../../../scripts/serve.mjs";
+import { launch, openPage } from "./chromium.mjs";
+
+const RESULTS = new URL("../../../test-results/", import.meta.url).pathname;
+let server;
+let browser;
+let page;
+let errors;
+
+before(async () => {
+  server = await startServer({ port: 0 });
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+const loaded = (p) => p.waitForFunction(() => window.pootDemo?.loaded || window.pootDemo?.error, null, { timeout: 120_000 });
+
+/** Picks a constraint kind, optionally overrides the value, prompt and max_tokens, generates. */
+async function run(kind, { value, prompt, maxTokens }) {
+  await page.selectOption("#kind", kind);
+  if (value !== undefined) await page.fill("#constraint-text", value);
+  if (prompt !== undefined) await page.fill("#prompt", prompt);
+  await page.fill("#max-tokens", String(maxTokens));
+  await page.evaluate(() => (window.pootDemo.last = null));
+  await page.click("#send");
+  await page.waitForFunction(() => window.pootDemo.last && !window.pootDemo.generating, null, { timeout: 150_000 });
+  return page.evaluate(() => JSON.parse(JSON.stringify(window.pootDemo.last)));
+}
+
+test("the demo loads the reference model with progress", { timeout: 150_000 }, async () => {
+  ({ page, errors } = await openPage(browser.context, `${server.url}?backend=cpu`));
+  await loaded(page);
+  const demo = await page.evaluate(() => JSON.parse(JSON.stringify(window.pootDemo)));
+  assert.equal(demo.error, null);
+  const size = statSync(defaultModelPath()).size;
+  const downloads = demo.progress.filter((p) => p.phase === "download");
+  assert.ok(downloads.length > 5, `few download progress events: ${downloads.length}`);
+  assert.equal(downloads.at(-1).loaded, size);
+  assert.equal(downloads.at(-1).total, size);
+  assert.equal(demo.model.bytes, size);
+  assert.match(await page.textContent("#progress-text"), /100%/);
+  assert.match(await page.textContent("#backend"), /^Backend: CPU \(WebGPU unavailable\)/);
+  assert.equal(await page.isEnabled("#send"), true);
+});
+
+const TINY_SCHEMA = JSON.stringify({
+  type: "object",
+  properties: { class: { enum: ["warrior", "mage", "rogue"] } },
+  required: ["class"],
+  additionalProperties: false,
+});
+const TINY_TOOL = JSON.stringify([{
+  type: "function",
+  function: {
+    name: "get_weather",
+    description: "Current weather in a city",
+    parameters: { type: "object", properties: { unit: { enum: ["celsius", "fahrenheit"] } }, required: ["unit"], additionalProperties: false },
+  },
+}]);
+
+test("every constraint kind generates and the result validates", { timeout: 600_000 }, async () => {
+  const cases = [
+    ["none", { maxTokens: 4 }],
+    ["guided_choice", { maxTokens: 4 }],
+    ["guided_regex", { maxTokens: 12 }],
+    ["guided_grammar", { value: 'root ::= [0-9] ("+" [0-9])?', maxTokens: 6 }],
+    ["guided_json", { value: TINY_SCHEMA, maxTokens: 16 }],
+    ["json_schema", { value: TINY_SCHEMA, maxTokens: 16 }],
+    ["json_object", { prompt: "Reply with an empty JSON object.", maxTokens: 12 }],
+    ["tool", { value: TINY_TOOL, maxTokens: 40 }],
+  ];
+  for (const [kind, opts] of cases) {
+    const started = Date.now();
+    const last = await run(kind, opts);
+    const what = `${kind}: ${JSON.stringify({ text: last.text, calls: last.toolCalls, finish: last.finish, verdict: last.verdict, error: last.error })}`;
+    console.log(`${kind}: ${((Date.now() - started) / 1000).toFixed(1)} s, ${last.usage?.completion_tokens} tokens, ${JSON.stringify(last.text || last.toolCalls)}`);
+    assert.equal(last.error, null, what);
+    if (kind === "none") {
+      assert.ok(last.text.length > 0, what);
+      continue;
+    }
+    // json_object with a small budget may be cut at max_tokens: then it must still be a JSON
+    // prefix (the verdict says "incomplete", not "invalid").
+    if (kind === "json_object" && last.finish === "length") {
+      assert.match(last.text, /^\s*\{/, what);
+      continue;
+    }
+    assert.equal(last.verdict.ok, true, what);
+  }
+  assert.match(await page.textContent("#verdict"), /Valid/);
+});
+
+test("an invalid constraint shows its 400 next to the field before any generation", { timeout: 60_000 }, async () => {
+  await page.selectOption("#kind", "guided_grammar");
+  await page.fill("#constraint-text", 'root ::= root "a" | "a"');
+  await page.fill("#output", "").catch(() => {});
+  await page.evaluate(() => (window.pootDemo.last = null));
+  await page.click("#send");
+  await page.waitForFunction(() => window.pootDemo.last, null, { timeout: 50_000 });
+  const error = page.locator("#constraint-error");
+  await error.waitFor({ state: "visible" });
+  assert.match(await error.textContent(), /^400/);
+  assert.match(await error.textContent(), /recurs/i);
+  const last = await page.evaluate(() => window.pootDemo.last);
+  assert.equal(last.usage, null);
+  assert.equal(await page.textContent("#output"), "");
+  // Not JSON at all: the page says so itself.
+  await page.selectOption("#kind", "guided_json");
+  await page.fill("#constraint-text", "{ not json");
+  await page.click("#send");
+  assert.match(await error.textContent(), /not valid JSON/);
+  assert.equal(await page.getAttribute("#constraint-text", "aria-invalid"), "true");
+});
+
+test("Stop ends a long generation early", { timeout: 120_000 }, async () => {
+  await page.selectOption("#kind", "none");
+  await page.fill("#prompt", "Tell me a long story about a dragon.");
+  await page.fill("#max-tokens", "400");
+  await page.evaluate(() => (window.pootDemo.last = null));
+  await page.click("#send");
+  await page.waitForFunction(() => document.getElementById("output").textContent.length > 0, null, { timeout: 60_000 });
+  await page.keyboard.press("Tab"); // the page stays responsive while the worker generates
+  await page.click("#stop");
+  await page.waitForFunction(() => window.pootDemo.last, null, { timeout: 30_000 });
+  const last = await page.evaluate(() => window.pootDemo.last);
+  assert.equal(last.stopped, true);
+  assert.equal(await page.textContent("#gen-status"), "Stopped.");
+  assert.equal(await page.isDisabled("#stop"), true);
+  assert.equal(await page.isEnabled("#send"), true);
+});
+
+test("screenshots: desktop and narrow", { timeout: 60_000 }, async () => {
+  await page.selectOption("#kind", "guided_json");
+  await page.setViewportSize({ width: 1200, height: 900 });
+  await page.screenshot({ path: `${RESULTS}demo-desktop.png`, fullPage: true });
+  await page.setViewportSize({ width: 380, height: 800 });
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the narrow page scrolls sideways by ${overflow}px`);
+  await page.screenshot({ path: `${RESULTS}demo-narrow.png`, fullPage: true });
+  await page.setViewportSize({ width: 1200, height: 900 });
+});
+
+test("with the network off, a reload still works (service worker + cached model)", { timeout: 200_000 }, async () => {
+  await page.waitForFunction(async () => {
+    const reg = await navigator.serviceWorker.getRegistration();
+    return reg?.active?.state === "activated" && navigator.serviceWorker.controller !== null;
+  }, null, { timeout: 60_000, polling: 500 });
+  await server.close();
+  await browser.context.setOffline(true);
+  try {
+    await page.reload();
+    await loaded(page);
+    const demo = await page.evaluate(() => JSON.parse(JSON.stringify(window.pootDemo)));
+    assert.equal(demo.error, null);
+    assert.ok(demo.progress.some((p) => p.phase === "cache"), "the model did not come from Cache Storage");
+    assert.ok(!demo.progress.some((p) => p.phase === "download"));
+    const last = await run("guided_choice", { maxTokens: 4 });
+    assert.equal(last.verdict.ok, true, JSON.stringify(last));
+  } finally {
+    await browser.context.setOffline(false);
+    server = null;
+  }
+  assert.deepEqual(errors, [], `console errors: ${errors.join("\n")}`);
+});
