@@ -42,6 +42,7 @@ use crate::quant::{dot_f32_with, madd};
 use crate::vocab::TokenId;
 use multiversion::multiversion;
 use multiversion::target::target_cfg_f;
+use std::ops::Range;
 use weights::{has_tensor, model_error};
 
 /// Hyper-parameters read from the GGUF metadata.
@@ -318,7 +319,6 @@ impl<B: AsRef<[u8]>> Model<B> {
         logits: &mut [f32],
     ) -> Result<()> {
         let c = &self.config;
-        let file = self.bytes.as_ref();
         if tokens.is_empty() {
             return Err(
                 Error::invalid_input("forward needs at least one token").with_param("prompt")
@@ -346,6 +346,22 @@ impl<B: AsRef<[u8]>> Model<B> {
                 c.n_vocab
             )));
         }
+        with_workers(self.threads, |workers| {
+            self.run(workers, session, tokens, logits)
+        });
+        Ok(())
+    }
+
+    /// The forward pass of [`Model::forward_into`] once its inputs are checked.
+    fn run<'m>(
+        &'m self,
+        workers: &Workers<'m>,
+        session: &mut Session,
+        tokens: &[TokenId],
+        logits: &mut [f32],
+    ) {
+        let c = &self.config;
+        let file = self.bytes.as_ref();
         let t = tokens.len();
         let (d, kv, hd) = (c.n_embd, c.kv_dim(), c.head_dim);
         let pos0 = session.pos;
@@ -369,9 +385,16 @@ impl<B: AsRef<[u8]>> Model<B> {
 
         for (li, layer) in self.layers.iter().enumerate() {
             rms_norm(&x, &layer.attn_norm, c.rms_eps, &mut h);
-            self.matmul(&layer.wq, &h, t, &mut q);
-            self.matmul(&layer.wk, &h, t, &mut k);
-            self.matmul(&layer.wv, &h, t, &mut v);
+            self.matmul(
+                workers,
+                &h,
+                t,
+                &mut [
+                    (&layer.wq, &mut q),
+                    (&layer.wk, &mut k),
+                    (&layer.wv, &mut v),
+                ],
+            );
             for i in 0..t {
                 let (cs, sn) = (
                     &cos[i * c.rope_dim / 2..][..c.rope_dim / 2],
@@ -396,88 +419,246 @@ impl<B: AsRef<[u8]>> Model<B> {
                     attend(qh, kc, vc, kv, hk * hd, scale, &mut scores[..n_ctx], out);
                 }
             }
-            self.matmul(&layer.wo, &att, t, &mut proj);
+            self.matmul(workers, &att, t, &mut [(&layer.wo, &mut proj)]);
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
 
             rms_norm(&x, &layer.ffn_norm, c.rms_eps, &mut h);
-            self.matmul(&layer.w_gate, &h, t, &mut gate);
-            self.matmul(&layer.w_up, &h, t, &mut up);
+            self.matmul(
+                workers,
+                &h,
+                t,
+                &mut [(&layer.w_gate, &mut gate), (&layer.w_up, &mut up)],
+            );
             for (g, u) in gate.iter_mut().zip(&up) {
                 *g = *g / (1.0 + (-*g).exp()) * u; // SiLU(gate) · up
             }
-            self.matmul(&layer.w_down, &gate, t, &mut proj);
+            self.matmul(workers, &gate, t, &mut [(&layer.w_down, &mut proj)]);
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
         }
         let last = &x[(t - 1) * d..];
         let mut hn = vec![0f32; d];
         rms_norm(last, &self.output_norm, c.rms_eps, &mut hn);
-        self.matmul(&self.output, &hn, 1, logits);
+        self.matmul(workers, &hn, 1, &mut [(&self.output, logits)]);
         session.pos += t;
         session.tokens.extend_from_slice(tokens);
-        Ok(())
     }
 
-    /// `out (t × rows) = xs (t × cols) · Wᵀ`, split by rows over the model's threads.
-    fn matmul(&self, w: &Matrix, xs: &[f32], t: usize, out: &mut [f32]) {
+    /// `out (t × rows) = xs (t × cols) · Wᵀ` for each `(W, out)` of `products` (matrices of
+    /// one width), every matrix's rows split over the workers.
+    fn matmul<'m>(
+        &'m self,
+        workers: &Workers<'m>,
+        xs: &[f32],
+        t: usize,
+        products: &mut [(&'m Matrix, &mut [f32])],
+    ) {
         let file = self.bytes.as_ref();
+        if t == 1 && !workers.parallel() {
+            for (w, out) in products.iter_mut() {
+                w.matvec_rows(file, xs, 0..w.rows, out);
+            }
+            return;
+        }
+        let mats: Vec<&'m Matrix> = products.iter().map(|(w, _)| *w).collect();
         if t == 1 {
-            par_rows(self.threads, w.rows, out, |rows, o| {
-                w.matvec_rows(file, xs, rows, o)
+            workers.run(file, &mats, xs, 1, |m, rows, part| {
+                products[m].1[rows].copy_from_slice(part)
             });
             return;
         }
         // Tiles of 16 inputs (37 KB of activations at width 576) stay in cache while every
         // row streams past them; each row is dequantized once per tile.
         const TILE: usize = 16;
-        let mut out_t = vec![0f32; w.rows * TILE.min(t)];
+        let cols = mats[0].cols;
         for i0 in (0..t).step_by(TILE) {
             let tt = TILE.min(t - i0);
-            let tile = &xs[i0 * w.cols..(i0 + tt) * w.cols];
-            let out_t = &mut out_t[..w.rows * tt];
-            par_rows(self.threads, w.rows, out_t, |rows, o| {
-                w.matmul_rows_t(file, tile, tt, rows, o)
-            });
-            for (r, col) in out_t.chunks_exact(tt).enumerate() {
-                for (i, &val) in col.iter().enumerate() {
-                    out[(i0 + i) * w.rows + r] = val;
+            let tile = &xs[i0 * cols..(i0 + tt) * cols];
+            workers.run(file, &mats, tile, tt, |m, rows, part| {
+                // `part` is `rows × tt`, the output `t × n_rows`.
+                let (w, out) = &mut products[m];
+                for (r, col) in rows.zip(part.chunks_exact(tt)) {
+                    for (i, &val) in col.iter().enumerate() {
+                        out[(i0 + i) * w.rows + r] = val;
+                    }
                 }
-            }
+            });
         }
     }
 }
 
-/// Runs `f(rows, out_chunk)` over `n_rows` rows whose outputs are `out` (`n_rows × k` values,
-/// `k = out.len() / n_rows`), split into `threads` contiguous parts on native targets.
-fn par_rows(
-    threads: usize,
-    n_rows: usize,
-    out: &mut [f32],
-    f: impl Fn(std::ops::Range<usize>, &mut [f32]) + Sync,
-) {
+/// The threads computing one forward pass's matrix products: the caller's and, on native
+/// targets, `threads - 1` helpers spawned once per pass (not once per product). A product is
+/// cut into chunks of rows that every thread takes from a shared counter, so a helper the OS
+/// does not schedule in time (a busy machine) delays the product by at most its current chunk.
+struct Workers<'m> {
     #[cfg(not(target_arch = "wasm32"))]
-    if threads > 1 && n_rows >= 64 {
-        let per_row = out.len() / n_rows;
-        let chunk = n_rows.div_ceil(threads);
-        std::thread::scope(|s| {
-            let f = &f;
-            let mut rest = out;
-            let mut start = 0;
-            while start < n_rows {
-                let end = (start + chunk).min(n_rows);
-                let (mine, tail) = rest.split_at_mut((end - start) * per_row);
-                rest = tail;
-                if end == n_rows {
-                    f(start..end, mine); // the last part on this thread
-                } else {
-                    s.spawn(move || f(start..end, mine));
-                }
-                start = end;
-            }
+    helpers: Vec<std::sync::mpsc::Sender<Job<'m>>>,
+    #[cfg(not(target_arch = "wasm32"))]
+    done: Option<std::sync::mpsc::Receiver<(usize, Vec<f32>)>>,
+    #[cfg(target_arch = "wasm32")]
+    model: std::marker::PhantomData<&'m ()>,
+}
+
+/// One product for the helpers: they compute chunks `next.fetch_add(1)` until none is left.
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Clone)]
+struct Job<'m> {
+    file: &'m [u8],
+    chunks: std::sync::Arc<[(&'m Matrix, Range<usize>)]>,
+    next: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    xs: std::sync::Arc<[f32]>,
+    t: usize,
+}
+
+/// Runs `f` with `threads - 1` helper threads (none on wasm32), joined before it returns.
+fn with_workers<'m, R>(threads: usize, f: impl FnOnce(&Workers<'m>) -> R) -> R {
+    #[cfg(not(target_arch = "wasm32"))]
+    if threads > 1 {
+        return std::thread::scope(|s| {
+            let (done_tx, done) = std::sync::mpsc::channel();
+            let helpers = (1..threads)
+                .map(|_| {
+                    let (jobs, job_rx) = std::sync::mpsc::channel::<Job<'m>>();
+                    let done_tx = PanicSignal(done_tx.clone());
+                    s.spawn(move || {
+                        let done_tx = &done_tx.0;
+                        // Ends when the job channel closes (the `Workers` are dropped).
+                        for job in job_rx {
+                            while let Some(c) = job.claim() {
+                                let (w, rows) = &job.chunks[c];
+                                let mut out = vec![0f32; rows.len() * job.t];
+                                compute(job.file, w, rows.clone(), &job.xs, job.t, &mut out);
+                                if done_tx.send((c, out)).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    });
+                    jobs
+                })
+                .collect();
+            drop(done_tx);
+            f(&Workers {
+                helpers,
+                done: Some(done),
+            })
         });
-        return;
     }
     let _ = threads;
-    f(0..n_rows, out);
+    f(&Workers {
+        #[cfg(not(target_arch = "wasm32"))]
+        helpers: Vec::new(),
+        #[cfg(not(target_arch = "wasm32"))]
+        done: None,
+        #[cfg(target_arch = "wasm32")]
+        model: std::marker::PhantomData,
+    })
+}
+
+/// A helper's sender of finished chunks, which on a panic sends `usize::MAX` so that the
+/// caller, waiting for chunks, panics too instead of waiting forever.
+#[cfg(not(target_arch = "wasm32"))]
+struct PanicSignal(std::sync::mpsc::Sender<(usize, Vec<f32>)>);
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Drop for PanicSignal {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.0.send((usize::MAX, Vec::new()));
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Job<'_> {
+    fn claim(&self) -> Option<usize> {
+        let c = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        (c < self.chunks.len()).then_some(c)
+    }
+}
+
+/// Rows `rows` of `w` times the `t` inputs `xs`, into `out` (`rows × t`).
+fn compute(file: &[u8], w: &Matrix, rows: Range<usize>, xs: &[f32], t: usize, out: &mut [f32]) {
+    if t == 1 {
+        w.matvec_rows(file, xs, rows, out);
+    } else {
+        w.matmul_rows_t(file, xs, t, rows, out);
+    }
+}
+
+impl<'m> Workers<'m> {
+    /// Whether there are helper threads.
+    fn parallel(&self) -> bool {
+        #[cfg(not(target_arch = "wasm32"))]
+        return !self.helpers.is_empty();
+        #[cfg(target_arch = "wasm32")]
+        false
+    }
+
+    /// Multiplies every matrix of `mats` with the `t` inputs `xs` and hands each chunk of
+    /// rows to `place(m, rows, part)`: `rows × t` values of matrix `m`, in any order.
+    fn run(
+        &self,
+        file: &'m [u8],
+        mats: &[&'m Matrix],
+        xs: &[f32],
+        t: usize,
+        mut place: impl FnMut(usize, Range<usize>, &[f32]),
+    ) {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let (true, Some(done)) = (self.parallel(), &self.done) {
+            // About 4 chunks per thread and matrix (at least 64 rows each): enough to balance
+            // threads that start late, few enough that handing one over costs little.
+            let n = 4 * (self.helpers.len() + 1);
+            let mut index = Vec::new();
+            let chunks: std::sync::Arc<[(&'m Matrix, Range<usize>)]> = mats
+                .iter()
+                .enumerate()
+                .flat_map(|(m, &w)| {
+                    let step = w.rows.div_ceil(n).next_multiple_of(4).max(64);
+                    (0..w.rows)
+                        .step_by(step)
+                        .map(move |r| (m, w, r..(r + step).min(w.rows)))
+                })
+                .map(|(m, w, rows)| {
+                    index.push(m);
+                    (w, rows)
+                })
+                .collect();
+            let job = Job {
+                file,
+                chunks,
+                next: Default::default(),
+                xs: xs.into(),
+                t,
+            };
+            for h in &self.helpers {
+                h.send(job.clone()).expect("a helper thread ended early");
+            }
+            let mut left = job.chunks.len();
+            let mut out = Vec::new();
+            while let Some(c) = job.claim() {
+                let (w, rows) = &job.chunks[c];
+                out.clear();
+                out.resize(rows.len() * t, 0.0);
+                compute(file, w, rows.clone(), xs, t, &mut out);
+                place(index[c], rows.clone(), &out);
+                left -= 1;
+            }
+            while left > 0 {
+                let (c, out) = done.recv().expect("the helper threads ended early");
+                assert!(c != usize::MAX, "a helper thread panicked");
+                place(index[c], job.chunks[c].1.clone(), &out);
+                left -= 1;
+            }
+            return;
+        }
+        for (m, &w) in mats.iter().enumerate() {
+            let mut out = vec![0f32; w.rows * t];
+            compute(file, w, 0..w.rows, xs, t, &mut out);
+            place(m, 0..w.rows, &out);
+        }
+    }
 }
 
 /// One attention head for one query: `scores[p] = q · k_p · scale` for the `scores.len()`

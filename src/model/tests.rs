@@ -196,13 +196,16 @@ fn threads_give_the_same_logits() {
     }
     .build();
     let mut model = Model::from_gguf_bytes(&file[..]).unwrap();
-    let one = model
-        .forward(&mut model.session(16).unwrap(), &PROMPT)
-        .unwrap();
+    // Prefill, then one decode step (a matrix-vector product per weight).
+    let run = |model: &Model<&[u8]>| {
+        let mut session = model.session(16).unwrap();
+        let prefill = model.forward(&mut session, &PROMPT).unwrap();
+        let step = model.forward(&mut session, &[7]).unwrap();
+        (prefill, step)
+    };
+    let one = run(&model);
     model.set_threads(3);
-    let three = model
-        .forward(&mut model.session(16).unwrap(), &PROMPT)
-        .unwrap();
+    let three = run(&model);
     assert_eq!(one, three);
 }
 
