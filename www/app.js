@@ -135,7 +135,7 @@ function showBackend(b) {
  */
 async function chooseBackend() {
   const wanted = $("backend-choice").value;
-  if (wanted !== "auto") return { backend: wanted, note: null };
+  if (wanted !== "auto") return { backend: wanted, note: wanted === "cpu" ? "the CPU backend was chosen on this page" : null };
   if (!navigator.gpu) return { backend: "cpu", note: "navigator.gpu is missing" };
   let adapter = null;
   try {
@@ -289,6 +289,7 @@ async function generate() {
   const run = { kind, request, text: "", toolCalls: [], finish: null, usage: null, error: null, stopped: false, verdict: null };
   state.last = null;
   let stream;
+  const started = performance.now();
   try {
     stream = await engine.chat.completions.create({ ...request, stream: true, stream_options: { include_usage: true } }, { signal: abort.signal });
   } catch (e) {
@@ -303,7 +304,6 @@ async function generate() {
   $("stop").disabled = false;
   out.setAttribute("aria-busy", "true");
   $("gen-status").textContent = "Generating…";
-  const started = performance.now();
   let first = null;
   let chunks = 0;
   try {
@@ -341,6 +341,10 @@ async function generate() {
   if (run.usage) {
     setNumber("n-tokens", `${run.usage.completion_tokens} completion, ${run.usage.prompt_tokens} prompt`);
     if (secs > 0) setNumber("n-tps", `${(run.usage.completion_tokens / ((performance.now() - started) / 1000)).toFixed(1)}`);
+  } else {
+    // A stopped stream ends without its usage chunk: the chunk count is what there is.
+    setNumber("n-tokens", `${chunks} chunks streamed (no usage: ${run.stopped ? "stopped" : "not reported"})`);
+    setNumber("n-tps", "–");
   }
   setNumber("n-finish", run.stopped ? "stopped" : run.finish ?? "–");
   if (!run.error) $("gen-status").textContent = run.stopped ? "Stopped." : "Done.";

@@ -105,6 +105,24 @@ test("every constraint kind generates and the result validates", { timeout: 600_
   assert.match(await page.textContent("#verdict"), /Valid/);
 });
 
+test("screenshots: desktop and narrow", { timeout: 60_000 }, async () => {
+  // Right after the forced tool call: the page shows a parsed, validated call.
+  // Every control has a label, and Tab reaches Generate.
+  const unlabelled = await page.evaluate(() =>
+    [...document.querySelectorAll("input, select, textarea")].filter((e) => e.labels.length === 0).map((e) => e.id));
+  assert.deepEqual(unlabelled, []);
+  await page.focus("#temperature");
+  await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "send");
+  await page.setViewportSize({ width: 960, height: 800 });
+  await page.screenshot({ path: `${RESULTS}demo-desktop.png`, fullPage: true });
+  await page.setViewportSize({ width: 380, height: 800 });
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the narrow page scrolls sideways by ${overflow}px`);
+  await page.screenshot({ path: `${RESULTS}demo-narrow.png`, fullPage: true });
+  await page.setViewportSize({ width: 1200, height: 900 });
+});
+
 test("an invalid constraint shows its 400 next to the field before any generation", { timeout: 60_000 }, async () => {
   await page.selectOption("#kind", "guided_grammar");
   await page.fill("#constraint-text", 'root ::= root "a" | "a"');
@@ -142,17 +160,6 @@ test("Stop ends a long generation early", { timeout: 120_000 }, async () => {
   assert.equal(await page.textContent("#gen-status"), "Stopped.");
   assert.equal(await page.isDisabled("#stop"), true);
   assert.equal(await page.isEnabled("#send"), true);
-});
-
-test("screenshots: desktop and narrow", { timeout: 60_000 }, async () => {
-  await page.selectOption("#kind", "guided_json");
-  await page.setViewportSize({ width: 1200, height: 900 });
-  await page.screenshot({ path: `${RESULTS}demo-desktop.png`, fullPage: true });
-  await page.setViewportSize({ width: 380, height: 800 });
-  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-  assert.ok(overflow <= 0, `the narrow page scrolls sideways by ${overflow}px`);
-  await page.screenshot({ path: `${RESULTS}demo-narrow.png`, fullPage: true });
-  await page.setViewportSize({ width: 1200, height: 900 });
 });
 
 test("with the network off, a reload still works (service worker + cached model)", { timeout: 200_000 }, async () => {
