@@ -124,6 +124,8 @@ function showBackend(b) {
   el.dataset.kind = b.kind;
   if (b.kind === "webgpu") {
     el.textContent = `Backend: WebGPU — ${b.adapter ?? "unnamed adapter"}${b.isSoftware ? " (a software adapter: correct, slow)" : ""}`;
+  } else if (b.chosen) {
+    el.textContent = "Backend: CPU (wasm), as chosen above";
   } else {
     el.textContent = `Backend: CPU (WebGPU unavailable)${b.reason ? ` — ${b.reason}` : ""}`;
   }
@@ -135,7 +137,7 @@ function showBackend(b) {
  */
 async function chooseBackend() {
   const wanted = $("backend-choice").value;
-  if (wanted !== "auto") return { backend: wanted, note: wanted === "cpu" ? "the CPU backend was chosen on this page" : null };
+  if (wanted !== "auto") return { backend: wanted, note: null, chosen: wanted === "cpu" };
   if (!navigator.gpu) return { backend: "cpu", note: "navigator.gpu is missing" };
   let adapter = null;
   try {
@@ -165,12 +167,13 @@ async function loadModel(source, name) {
   worker?.terminate();
   worker = new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module" });
   try {
-    const { backend, note } = await chooseBackend();
+    const { backend, note, chosen } = await chooseBackend();
     const e = await createWorkerEngine(worker, { model: source, backend, onProgress: showProgress, signal: abort.signal });
     if (abort.signal.aborted) return;
     engine = e;
     const info = { ...e.backend };
     if (info.kind === "cpu" && !info.reason && note) info.reason = note;
+    if (info.kind === "cpu" && chosen) info.chosen = true;
     state.backend = info;
     state.model = { ...e.model, source: name };
     showBackend(info);
@@ -376,7 +379,7 @@ function judge(run) {
     const { errors, unknown } = validate(schema, value);
     if (unknown.size) v.lines.push(`Keywords not checked here: ${[...unknown].join(", ")}`);
     if (errors.length) v.lines.push(`${what} does not validate: ${errors.join("; ")}`);
-    else v.lines.push(`${what} is valid under the schema.`);
+    else v.lines.push(`${what}: valid under the schema.`);
     return errors.length === 0;
   };
   const parse = (text, what) => {

@@ -54,7 +54,7 @@ test("the demo loads the reference model with progress", { timeout: 150_000 }, a
   assert.equal(downloads.at(-1).total, size);
   assert.equal(demo.model.bytes, size);
   assert.match(await page.textContent("#progress-text"), /100%/);
-  assert.match(await page.textContent("#backend"), /^Backend: CPU \(WebGPU unavailable\)/);
+  assert.match(await page.textContent("#backend"), /^Backend: CPU \(wasm\), as chosen above/);
   assert.equal(await page.isEnabled("#send"), true);
 });
 
@@ -167,11 +167,15 @@ test("with the network off, a reload still works (service worker + cached model)
     const reg = await navigator.serviceWorker.getRegistration();
     return reg?.active?.state === "activated" && navigator.serviceWorker.controller !== null;
   }, null, { timeout: 60_000, polling: 500 });
+  const url = server.url;
   await server.close();
   await browser.context.setOffline(true);
   try {
-    await page.reload();
+    // The page's own URL without ?backend=cpu: "auto", which here (SwiftShader only) picks the
+    // CPU and says why.
+    await page.goto(url);
     await loaded(page);
+    assert.match(await page.textContent("#backend"), /^Backend: CPU \(WebGPU unavailable\) — the only adapter \(.*swiftshader.*\) is a software one/i);
     const demo = await page.evaluate(() => JSON.parse(JSON.stringify(window.pootDemo)));
     assert.equal(demo.error, null);
     assert.ok(demo.progress.some((p) => p.phase === "cache"), "the model did not come from Cache Storage");
