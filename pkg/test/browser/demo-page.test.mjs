@@ -9,6 +9,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { statSync } from "node:fs";
+import { basename } from "node:path";
 
 import { defaultModelPath, startServer } from "../../../scripts/serve.mjs";
 import { launch, openPage } from "./chromium.mjs";
@@ -186,5 +187,26 @@ test("with the network off, a reload still works (service worker + cached model)
     await browser.context.setOffline(false);
     server = null;
   }
+});
+
+test("a dropped file that is not GGUF is refused; a picked GGUF file loads and generates", { timeout: 150_000 }, async () => {
+  // Drag-and-drop: a small file that is not a model.
+  await page.evaluate(() => {
+    const dt = new DataTransfer();
+    dt.items.add(new File([new Uint8Array(64).fill(7)], "not-a-model.gguf"));
+    document.getElementById("model").dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true, cancelable: true }));
+  });
+  await page.waitForFunction(() => window.pootDemo.error, null, { timeout: 30_000 });
+  assert.match(await page.textContent("#model-info"), /Could not load not-a-model\.gguf: /);
+  assert.equal(await page.isDisabled("#send"), true);
+  // The file input: the reference model from disk (no download, no cache).
+  await page.setInputFiles("#model-file", defaultModelPath());
+  await loaded(page);
+  const demo = await page.evaluate(() => JSON.parse(JSON.stringify(window.pootDemo)));
+  assert.equal(demo.error, null);
+  assert.equal(demo.model.source, basename(defaultModelPath()));
+  assert.ok(!demo.progress.some((p) => p.phase === "download" || p.phase === "cache"));
+  const last = await run("guided_choice", { maxTokens: 4 });
+  assert.equal(last.verdict.ok, true, JSON.stringify(last));
   assert.deepEqual(errors, [], `console errors: ${errors.join("\n")}`);
 });
