@@ -1,0 +1,159 @@
+// The engine scenarios the browser tests run in a page, against an engine made there by
+// createEngine or createWorkerEngine: structured completions (non-streamed and streamed) under
+// guided_json, guided_regex and response_format json_object, an abort mid-stream, and the
+// official `openai` client (bundled for the page by the test) going through `engine.fetch`.
+// Each returns plain data; the Node side validates it (test/browser/engine-checks.mjs).
+//
+// Two sizes: `full` asks the chat endpoint for realistic outputs (the CPU backend: a few
+// tokens/s); `lean` uses one-token completion prompts and outputs of a few tokens, because
+// WebGPU on a software adapter (SwiftShader) takes seconds per token.
+
+export const SCHEMAS = {
+  full: {
+    type: "object",
+    properties: {
+      name: { type: "string", minLength: 1, maxLength: 10 },
+      age: { type: "integer", minimum: 0, maximum: 120 },
+      colour: { enum: ["red", "green", "blue"] },
+    },
+    required: ["name", "age", "colour"],
+    additionalProperties: false,
+  },
+  lean: { enum: ["yes", "no"] },
+};
+
+export const REGEXES = { full: "[0-9]{3}-[0-9]{4}", lean: "[0-9]" };
+
+/** The request of a scenario: the endpoint and body. */
+export function request(name, size, stream) {
+  const full = size === "full";
+  const ask = (content) => (full ? { messages: [{ role: "user", content }] } : { prompt: "a" });
+  const base = { temperature: 0, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) };
+  switch (name) {
+    case "guided_json":
+      return { chat: full, body: { ...base, ...ask("Describe a person as JSON."), guided_json: SCHEMAS[size], max_tokens: full ? 48 : 6 } };
+    case "guided_regex":
+      return { chat: full, body: { ...base, ...ask("Give me a phone number."), guided_regex: REGEXES[size], max_tokens: full ? 12 : 3 } };
+    case "json_object":
+      // Full: a prompt SmolLM2 answers with a short object. Lean: the output stops at
+      // max_tokens, and is checked as a prefix of a JSON value.
+      return {
+        chat: full,
+        body: { ...base, ...ask('Reply with the JSON object {"a": 1} and nothing else.'), response_format: { type: "json_object" }, max_tokens: full ? 24 : 3 },
+      };
+    default:
+      throw new Error(`no scenario ${name}`);
+  }
+}
+
+/** Runs one completion through `engine` and returns what came back. */
+export async function complete(engine, name, size, stream) {
+  const { chat, body } = request(name, size, stream);
+  const api = chat ? engine.chat.completions : engine.completions;
+  const t0 = performance.now();
+  const result = await api.create(body);
+  if (!stream) {
+    const [choice] = result.choices;
+    return {
+      name, stream, chat, object: result.object, id: result.id, model: result.model,
+      text: chat ? choice.message.content : choice.text, finish: choice.finish_reason, usage: result.usage, ms: performance.now() - t0,
+    };
+  }
+  let text = "";
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  let role = null;
+  const ids = new Set();
+  for await (const chunk of result) {
+    chunks++;
+    ids.add(chunk.id);
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (chat && c.delta.role) role = c.delta.role;
+      text += (chat ? c.delta.content : c.text) ?? "";
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  return { name, stream, chat, object: "stream", ids: [...ids], role, text, finish, usage, chunks, ms: performance.now() - t0 };
+}
+
+/**
+ * Streams a long reply and aborts it after the first text arrives: the stream ends (the
+ * in-page engine's semantics: an aborted stream just ends), quickly, and the engine then
+ * serves the next request.
+ */
+export async function abortMidStream(engine, size) {
+  const controller = new AbortController();
+  const body = size === "full"
+    ? { messages: [{ role: "user", content: "Tell me a long story." }], max_tokens: 200, stream: true, temperature: 0 }
+    : { prompt: "a", max_tokens: 50, stream: true, temperature: 0 };
+  const api = size === "full" ? engine.chat.completions : engine.completions;
+  const stream = await api.create(body, { signal: controller.signal });
+  let text = "";
+  let abortedAt = null;
+  let error = null;
+  try {
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) text += (size === "full" ? c.delta.content : c.text) ?? "";
+      if (text && abortedAt === null) {
+        abortedAt = performance.now();
+        controller.abort();
+      }
+    }
+  } catch (e) {
+    error = { name: e.name, code: e.code, message: e.message };
+  }
+  return { text, error, msToEnd: performance.now() - abortedAt };
+}
+
+/** The official client through engine.fetch; `OpenAI` is the bundled class. */
+export async function openaiClient(OpenAI, engine, size) {
+  const client = new OpenAI({
+    apiKey: "local",
+    baseURL: "http://poot.local/v1",
+    fetch: engine.fetch,
+    dangerouslyAllowBrowser: true,
+    maxRetries: 0,
+  });
+  const out = {};
+  out.models = (await client.models.list()).data.map((m) => m.id);
+  // A 400 reaches the client as its BadRequestError, with the OpenAI fields.
+  try {
+    await client.chat.completions.create({ model: engine.model.id, messages: [{ role: "user", content: "hi" }], guided_regex: 5 });
+    out.badRequest = "no error";
+  } catch (e) {
+    out.badRequest = { name: e.constructor.name, status: e.status, param: e.param, code: e.code, message: e.message };
+  }
+  const { chat, body } = request("guided_regex", size, false);
+  const reply = chat
+    ? await client.chat.completions.create({ model: engine.model.id, ...body })
+    : await client.completions.create({ model: engine.model.id, ...body });
+  out.nonStreamed = { object: reply.object, text: chat ? reply.choices[0].message.content : reply.choices[0].text, finish: reply.choices[0].finish_reason };
+  if (size === "full") {
+    // Streamed, with the client's own SSE parser.
+    const { body: sb } = request("guided_json", size, true);
+    const stream = await client.chat.completions.create({ model: engine.model.id, ...sb });
+    let text = "";
+    let finish = null;
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) {
+        text += c.delta.content ?? "";
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+    }
+    out.streamed = { text, finish };
+  }
+  return out;
+}
+
+/** Every scenario, in order: each constraint non-streamed then streamed, the abort, the client. */
+export async function runSuite(engine, size, OpenAI) {
+  const results = [];
+  for (const name of ["guided_json", "guided_regex", "json_object"]) {
+    for (const stream of [false, true]) results.push(await complete(engine, name, size, stream));
+  }
+  const abort = await abortMidStream(engine, size);
+  const openai = await openaiClient(OpenAI, engine, size);
+  return { results, abort, openai };
+}
