@@ -6,8 +6,8 @@
 //! * runtime dispatch ([`multiversion`]) to AVX-512 or AVX2, with FMA, on x86-64; other
 //!   targets (wasm32 with SIMD128, baseline x86-64) get the portable build of the same loops;
 //! * loops shaped for LLVM's SLP vectorizer: 16-lane block statements, ints converted to
-//!   floats through the exponent bits of 2^23, f16 scales converted without branches. The
-//!   shapes are brittle (see [`q4_row`], [`q4_tile`]): check the generated code, or
+//!   floats through the exponent bits of 2^23, f16 scales by integer operations. The shapes
+//!   are brittle (see [`q4_row`], [`q4_tile`]): check the generated code, or
 //!   `examples/bench_model.rs`, after changing one;
 //! * `Σ x` per block computed once per product instead of once per row (Q4_0/Q4_1:
 //!   `row·x = Σ_b d_b·Σ q·x + c_b·Σ x_b` with `c = m`, or `−8d` for Q4_0);
