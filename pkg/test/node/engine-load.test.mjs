@@ -2,7 +2,8 @@
 // Cache Storage copy reused by the next load, a length-less download, 404s), from a Blob or an
 // ArrayBuffer, and the errors for what cannot be loaded (not GGUF, another architecture, more
 // than wasm memory holds, WebGPU asked for where there is none). Node has no Cache Storage:
-// an in-memory one with the same surface stands in. Needs POOT_REFERENCE_GGUF.
+// an in-memory one with the same surface stands in. Needs POOT_REFERENCE_GGUF and
+// POOT_GEMMA_GGUF (Gemma 3 270M, the architecture refused).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -159,6 +160,10 @@ test("what is not a llama GGUF is refused with a clear error", async () => {
   const gemma = await rejection(createEngine({ model: tinyGguf({ "general.architecture": "gemma3" }), wasm: WASM }));
   assert.equal(gemma.message, "GGUF model: architecture `gemma3` is not supported (llama is)");
   assert.equal(gemma.param, "model");
+  // The real thing: Gemma 3 270M (POOT_GEMMA_GGUF, which `make test` fetches and sets).
+  assert.ok(process.env.POOT_GEMMA_GGUF, "POOT_GEMMA_GGUF must name gemma-3-270m-q4_k_m.gguf (make test sets it)");
+  const real = await rejection(createEngine({ model: new Blob([readFileSync(process.env.POOT_GEMMA_GGUF)]), wasm: WASM }));
+  assert.equal(real.message, "GGUF model: architecture `gemma3` is not supported (llama is)");
   const truncated = await rejection(createEngine({ model: file.subarray(0, 4 << 20), wasm: WASM }));
   assert.match(truncated.message, /extends past the end of the file/);
   const wrong = await rejection(createEngine({ model: 42, wasm: WASM }));
