@@ -23,7 +23,7 @@ after(async () => {
 /** Loads the model in a fresh page on `backend` and runs the suite of `sizes`. */
 async function inPage(backend, sizes, speedTokens) {
   const { page, errors } = await env.open();
-  const out = await page.evaluate(async ({ backend, sizes }) => {
+  const out = await page.evaluate(async ({ backend, sizes, speedTokens }) => {
     const { createEngine } = await import("/pkg/dist/index.js");
     const { runSuite } = await import("/pkg/test/browser/pages/scenarios.js");
     const { OpenAI } = await import("/gen/openai.js");
