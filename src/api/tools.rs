@@ -1096,7 +1096,10 @@ mod tests {
             {"type": "function", "function": {"name": "ping", "strict": true}}
         ])))
         .unwrap();
-        assert_eq!(t[0].parameters, json!({"type": "object", "properties": {}}));
+        assert_eq!(
+            t[0].parameters,
+            json!({"type": "object", "properties": {}, "additionalProperties": false})
+        );
     }
 
     #[test]
