@@ -707,7 +707,7 @@ mod tests {
         assert!(!ok);
         assert_eq!(
             out,
-            r#"{"error":{"message":"guided_regex `(a|b)*a(a|b){17}` needs more than the 262144-byte automaton limit","type":"invalid_request_error","param":"guided_regex","code":"limit_exceeded"}}"#
+            r#"{"error":{"code":"limit_exceeded","message":"guided_regex `(a|b)*a(a|b){17}` needs more than the 262144-byte automaton limit","param":"guided_regex","type":"invalid_request_error"}}"#
         );
         let v: Value = serde_json::from_str(&check_str(r#"{"guided_choice":[]}"#).0).unwrap();
         assert_eq!(v["error"]["param"], "guided_choice");
@@ -783,7 +783,7 @@ mod tests {
         assert!(!ok);
         assert_eq!(
             out,
-            r#"{"error":{"message":"guided_grammar line 1, column 10: undefined rule `x` (in `root ::= x`)","type":"invalid_request_error","param":"guided_grammar","code":"invalid_input"}}"#
+            r#"{"error":{"code":"invalid_input","message":"guided_grammar line 1, column 10: undefined rule `x` (in `root ::= x`)","param":"guided_grammar","type":"invalid_request_error"}}"#
         );
         let spec = Spec::Grammar("root ::= \"(\" root \")\" | [0-9]+".into());
         let (lines, ok) = trace(&spec, vocab(), b"((2024))", false).unwrap();
