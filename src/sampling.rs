@@ -14,6 +14,16 @@
 use crate::error::{Error, Result};
 use crate::vocab::TokenId;
 
+/// The next output of the SplitMix64 generator whose state is `state`: the crate's one seeded
+/// generator (sampling, tool-call ids, synthetic test models), so a seed reproduces everything.
+pub fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Sampling settings (OpenAI / llama.cpp names; every default turns its stage off).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Params {
@@ -131,13 +141,7 @@ impl Sampler {
     }
 
     fn next_f64(&mut self) -> f64 {
-        // SplitMix64.
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+        (splitmix64(&mut self.rng) >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// Picks the next token. `mask` (bit i of word i/32 = token i allowed, as

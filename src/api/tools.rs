@@ -29,6 +29,7 @@ use serde_json::{json, Map, Value};
 use crate::error::{Error, Result};
 use crate::json_schema::JsonSchema;
 use crate::limits::MAX_GRAMMAR_BYTES;
+use crate::sampling::splitmix64;
 
 /// Most tools one request may declare: OpenAI's own limit. Each tool's schema is compiled to
 /// an automaton when the request is read (up to 16 KiB of schema each), so this bounds that
@@ -528,16 +529,6 @@ fn prefix_rules(gbnf: &str, prefix: &str) -> String {
         }
     }
     out
-}
-
-/// SplitMix64's step: the core has no RNG or clock, and this is the generator the sampler
-/// and the tests use.
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// `call_` + 24 hex digits (96 bits): outputs `2i` and `2i + 1` of the SplitMix64 stream

@@ -11,11 +11,7 @@ struct Rng(u64);
 
 impl Rng {
     fn next_f32(&mut self) -> f32 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+        (crate::sampling::splitmix64(&mut self.0) >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
     }
 
     fn values(&mut self, n: usize) -> Vec<f32> {

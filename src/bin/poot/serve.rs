@@ -36,8 +36,9 @@ const MAX_QUEUED: usize = 256;
 enum Event {
     /// A stream chunk.
     Chunk(Value),
-    /// The run ended: the whole response (non-streamed) or nothing more to send.
-    Done(Result<Value, Error>),
+    /// The run ended: the whole response (non-streamed; `None` for a stream, whose chunks
+    /// were the response).
+    Done(Result<Option<Value>, Error>),
 }
 
 /// What `/health` reports besides `"status": "ok"`.
@@ -121,9 +122,9 @@ fn generation_thread(
         stats.completion_tokens.fetch_add(tokens, Ordering::SeqCst);
         stats.finished.fetch_add(1, Ordering::SeqCst);
         stats.busy.store(false, Ordering::SeqCst);
-        let _ = job
-            .events
-            .send(Event::Done(result.map(|()| job.run.response())));
+        let _ = job.events.send(Event::Done(
+            result.map(|()| (!job.run.request().stream).then(|| job.run.response())),
+        ));
     }
 }
 
@@ -253,7 +254,7 @@ fn handle(mut request: Request, engine: &Arc<Engine>, jobs: &Sender<Job>, stats:
         for event in replies {
             if let Event::Done(result) = event {
                 let mut response = match result {
-                    Ok(body) => json_response(200, &body),
+                    Ok(body) => json_response(200, &body.unwrap_or(Value::Null)),
                     Err(err) => error_response(error_status(&err), &err),
                 };
                 if let Some(h) = warning_header {
