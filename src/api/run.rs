@@ -385,9 +385,8 @@ impl Run {
         self.pending.as_ref()
     }
 
-    /// Stops every unfinished choice (a client went away, or an abort): they end with what
-    /// they have and `finish_reason` `stop`... unless nothing will read them, which is the
-    /// caller's business. Returns the chunks that close the stream.
+    /// Stops every unfinished choice (a client went away, or an abort): each ends with what it
+    /// has and `finish_reason` `stop`. Returns the chunks that close the stream.
     pub fn cancel(&mut self) -> Vec<Value> {
         let mut chunks = Vec::new();
         while self.current < self.choices.len() {
