@@ -140,9 +140,15 @@ async function chooseBackend() {
   if (wanted !== "auto") return { backend: wanted, note: null, chosen: wanted === "cpu" };
   if (!navigator.gpu) return { backend: "cpu", note: "navigator.gpu is missing" };
   let adapter = null;
+  // A GPU process that never answers must not stall the page: 10 s, then the CPU.
+  let timer;
+  const late = new Promise((resolve) => (timer = setTimeout(() => resolve("late"), 10_000)));
   try {
-    adapter = await navigator.gpu.requestAdapter();
-  } catch {}
+    adapter = await Promise.race([navigator.gpu.requestAdapter(), late]);
+  } catch {} finally {
+    clearTimeout(timer);
+  }
+  if (adapter === "late") return { backend: "cpu", note: "the WebGPU adapter request did not answer in 10 s" };
   if (!adapter) return { backend: "cpu", note: "no WebGPU adapter" };
   const info = adapter.info ?? {};
   const text = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ");
