@@ -39,6 +39,7 @@ fn complete(body: Value) -> Value {
         id: "chatcmpl-ref".into(),
         created: 0,
         default_seed: 11,
+        clock: None,
     };
     let mut run = Run::new(r.engine.clone(), &body, endpoint, opts).unwrap();
     let mut backend = CpuBackend {
@@ -271,6 +272,7 @@ fn a_sentencepiece_reply_drops_its_leading_space_but_logprobs_keep_it() {
                 id: "cmpl-spm".into(),
                 created: 0,
                 default_seed: 0,
+                clock: None,
             };
             let mut run = Run::new(engine.clone(), &body, Endpoint::Completion, opts).unwrap();
             let mut backend = Scripted {

@@ -33,6 +33,7 @@ fn opts() -> RunOptions {
         id: "chatcmpl-test".into(),
         created: 1,
         default_seed: 7,
+        clock: None,
     }
 }
 
@@ -631,4 +632,94 @@ fn max_tokens_ends_with_length() {
     );
     assert_eq!(out.response["choices"][0]["finish_reason"], "length");
     assert_eq!(out.response["usage"]["completion_tokens"], 3);
+}
+
+/// A fake clock for `step_stats`: every reading is 0.25 ms after the previous one, so each
+/// mask (two readings) takes exactly 250 µs.
+fn quarter_ms_clock() -> f64 {
+    static TICKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    TICKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as f64 * 0.25
+}
+
+#[test]
+fn step_stats_give_each_masks_allowed_count_time_and_forced_tokens() {
+    use poot::constraint::{Constraint, Matcher, Spec};
+    let body = chat(json!({
+        "guided_regex": "the quick brown fox (jumps|leaps) [0-9]",
+        "max_tokens": 60, "n": 2, "stream": true, "step_stats": true,
+    }));
+    let model = Model::from_gguf_bytes(tiny()).unwrap();
+    let engine = engine();
+    let clocked = RunOptions {
+        clock: Some(quarter_ms_clock),
+        ..opts()
+    };
+    let mut run = Run::new(Arc::clone(&engine), &body, Endpoint::Chat, clocked).unwrap();
+    let mut backend = CpuBackend {
+        model: &model,
+        session: model.session(run.context_needed()).unwrap(),
+    };
+    let mut chunks = Vec::new();
+    run.drive(&mut backend, &mut |c| {
+        chunks.push(c);
+        true
+    })
+    .unwrap();
+    let response = run.response();
+    let whole = response["step_stats"].as_array().unwrap().clone();
+    // The stream carries every step once, in order.
+    let streamed: Vec<Value> = chunks
+        .iter()
+        .filter_map(|c| c["step_stats"].as_array().cloned())
+        .flatten()
+        .collect();
+    assert_eq!(streamed, whole);
+    assert_eq!(whole.len(), run.step_stats().len());
+
+    let vocab = engine.vocab();
+    let spec = Spec::from_request(&body).unwrap().unwrap();
+    let constraint = Arc::new(Constraint::from_spec(&spec, Arc::clone(vocab)).unwrap());
+    let mut forced_seen = 0;
+    for i in 0..2 {
+        let steps: Vec<&Value> = whole.iter().filter(|s| s["index"] == i).collect();
+        assert!(!steps.is_empty());
+        // Oracle: replay the tokens on a fresh matcher; each step's count is the number of
+        // tokens it allows, found one by one.
+        let mut m = Matcher::new(Arc::clone(&constraint));
+        let mut text = String::new();
+        for (k, s) in steps.iter().enumerate() {
+            let allowed = (0..vocab.len() as TokenId)
+                .filter(|&t| m.is_allowed(t))
+                .count();
+            assert_eq!(s["allowed"], allowed, "choice {i} step {k}: {s}");
+            assert_eq!(s["mask_us"], 250.0);
+            let token = s["token"].as_u64().unwrap() as TokenId;
+            m.advance(token).unwrap();
+            let last = k + 1 == steps.len();
+            if !last {
+                text += s["text"].as_str().unwrap();
+            }
+            for f in s["forced"].as_array().unwrap() {
+                m.advance(f["token"].as_u64().unwrap() as TokenId).unwrap();
+                text += f["text"].as_str().unwrap();
+                forced_seen += 1;
+            }
+        }
+        // The last step sampled end-of-sequence; the rest spell the reply.
+        assert!(m.is_finished());
+        assert_eq!(text, content(&response, i));
+    }
+    assert!(forced_seen > 0, "the literal forces tokens");
+
+    // Off by default; a non-boolean is a 400 naming the field.
+    let plain = run_with(&chat(json!({"guided_regex": "ab", "stream": true})), None);
+    assert!(plain.response.get("step_stats").is_none());
+    assert!(plain.chunks.iter().all(|c| c.get("step_stats").is_none()));
+    let err = new_run(&chat(json!({"step_stats": "yes"}))).unwrap_err();
+    assert_eq!(err.param(), Some("step_stats"));
+    // Unconstrained steps have no mask: allowed and mask_us are null.
+    let free = run_with(&chat(json!({"step_stats": true, "max_tokens": 3})), None);
+    for s in free.response["step_stats"].as_array().unwrap() {
+        assert!(s["allowed"].is_null() && s["mask_us"].is_null(), "{s}");
+    }
 }

@@ -264,6 +264,8 @@ function buildRequest() {
       messages: [{ role: "user", content: $("prompt").value }],
       max_tokens: Number($("max-tokens").value) || 64,
       temperature: Number($("temperature").value),
+      // poot's extension: each chunk carries the constraint's per-step numbers.
+      step_stats: true,
       ...extra,
     },
   };
@@ -294,8 +296,9 @@ async function generate() {
   out.textContent = "";
   $("verdict").textContent = "";
   $("pretty").hidden = true;
-  for (const id of ["n-tokens", "n-tps", "n-ttfc", "n-finish"]) setNumber(id, "–");
-  const run = { kind, request, text: "", toolCalls: [], finish: null, usage: null, error: null, stopped: false, verdict: null };
+  for (const id of ["n-tokens", "n-tps", "n-ttfc", "n-finish", "n-mask", "n-allowed", "n-forced"]) setNumber(id, "–");
+  const run = { kind, request, text: "", toolCalls: [], finish: null, usage: null, error: null, stopped: false, verdict: null, steps: [] };
+  showSteps(run);
   state.last = null;
   let stream;
   const started = performance.now();
@@ -318,6 +321,10 @@ async function generate() {
   try {
     for await (const chunk of stream) {
       if (chunk.usage) run.usage = chunk.usage;
+      if (chunk.step_stats?.length) {
+        run.steps.push(...chunk.step_stats.filter((s) => s.index === 0));
+        showStepsSoon(run);
+      }
       const choice = chunk.choices?.[0];
       if (!choice) continue;
       const d = choice.delta ?? {};
@@ -338,7 +345,7 @@ async function generate() {
         ? run.toolCalls.map((c) => `${c.function.name}(${c.function.arguments})`).join("\n")
         : run.text;
       const secs = (performance.now() - (first ?? started)) / 1000;
-      if (secs > 0 && first !== null) setNumber("n-tps", `${(chunks / secs).toFixed(1)} chunks/s (live)`);
+      if (secs > 0 && first !== null) setNumber("n-tps", `${(tokenCount(run) / secs).toFixed(1)} (live)`);
     }
   } catch (e) {
     run.error = e.message;
@@ -357,6 +364,7 @@ async function generate() {
   }
   setNumber("n-finish", run.stopped ? "stopped" : run.finish ?? "–");
   if (!run.error) $("gen-status").textContent = run.stopped ? "Stopped." : "Done.";
+  showSteps(run);
   run.verdict = judge(run);
   showVerdict(run.verdict);
   state.last = run;
@@ -372,6 +380,120 @@ $("chat-form").addEventListener("submit", (ev) => {
   generate();
 });
 $("stop").addEventListener("click", () => genAbort?.abort());
+
+// ---------------------------------------------------------------------------------------------
+// Per-step numbers (`step_stats`): mask time, allowed-token counts, forced tokens
+
+/** Tokens generated so far: each step's sampled token and the tokens forced after it. */
+function tokenCount(run) {
+  return run.steps.reduce((n, s) => n + 1 + s.forced.length, 0);
+}
+
+function quantile(sorted, q) {
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+}
+
+const fmtUs = (us) => (us < 10 ? us.toFixed(1) : us.toFixed(0));
+
+/**
+ * The smallest step of performance.now() here, in µs: browsers coarsen it (Chromium: 100 µs,
+ * 5 µs when the page is cross-origin isolated, as `make demo` serves it), so single masks of a
+ * few µs read as 0 or one tick and only the mean over many steps says much.
+ */
+const clockStepUs = (() => {
+  let min = Infinity;
+  let last = performance.now();
+  for (let seen = 0, i = 0; seen < 8 && i < 2e6; i++) {
+    const t = performance.now();
+    if (t > last) {
+      min = Math.min(min, t - last);
+      last = t;
+      seen++;
+    }
+  }
+  return Number.isFinite(min) ? min * 1000 : null;
+})();
+
+let stepsFrame = 0;
+/** Redraws at most once per frame: a fast CPU run streams hundreds of chunks a second. */
+function showStepsSoon(run) {
+  if (stepsFrame) return;
+  stepsFrame = requestAnimationFrame(() => {
+    stepsFrame = 0;
+    showSteps(run);
+  });
+}
+
+function showSteps(run) {
+  const steps = run.steps;
+  const masked = steps.filter((s) => s.allowed !== null);
+  const vocab = state.model?.vocabSize ?? 0;
+  const forced = steps.reduce((n, s) => n + s.forced.length, 0);
+  const total = tokenCount(run);
+  state.stats = { steps: steps.length, masked: masked.length, forced, tokens: total };
+  if (!steps.length) {
+    for (const id of ["n-mask", "n-allowed", "n-forced"]) setNumber(id, "–");
+    $("allowed-figure").hidden = true;
+    $("token-view").textContent = "";
+    return;
+  }
+  if (masked.length) {
+    const times = masked.map((s) => s.mask_us).sort((a, b) => a - b);
+    const mean = times.reduce((a, b) => a + b, 0) / times.length;
+    const clock = clockStepUs === null ? "" : ` (clock step ${fmtUs(clockStepUs)} µs)`;
+    setNumber("n-mask", `mean ${fmtUs(mean)} µs, median ${fmtUs(quantile(times, 0.5))} µs, p99 ${fmtUs(quantile(times, 0.99))} µs, max ${fmtUs(times.at(-1))} µs over ${times.length} masks${clock}`);
+    const counts = masked.map((s) => s.allowed);
+    const one = counts.filter((c) => c === 1).length;
+    setNumber("n-allowed", `from ${Math.min(...counts).toLocaleString("en")} to ${Math.max(...counts).toLocaleString("en")} of ${vocab.toLocaleString("en")}; ${one} step${one === 1 ? "" : "s"} with a single choice`);
+    drawAllowed(masked, vocab);
+  } else {
+    setNumber("n-mask", "no constraint: no mask");
+    setNumber("n-allowed", `every token (${vocab.toLocaleString("en")})`);
+    $("allowed-figure").hidden = true;
+  }
+  setNumber("n-forced", `${forced} of ${total} tokens`);
+  const view = $("token-view");
+  view.textContent = "";
+  const piece = (tok, cls) => {
+    const span = document.createElement("span");
+    span.textContent = tok.text;
+    span.title = `token ${tok.token}`;
+    if (cls) span.className = cls;
+    view.append(span);
+  };
+  steps.forEach((s, i) => {
+    // The last step of a finished reply sampled end-of-sequence: it has no text to show.
+    if (!(i === steps.length - 1 && run.finish && !s.forced.length && s.text === "")) piece(s, "");
+    for (const f of s.forced) piece(f, "forced");
+  });
+}
+
+/** One bar per masked step, its height the allowed count on a log scale up to the vocabulary. */
+function drawAllowed(masked, vocab) {
+  const svg = $("allowed-chart");
+  const ns = "http://www.w3.org/2000/svg";
+  const w = masked.length;
+  const top = Math.log2(Math.max(vocab, ...masked.map((s) => s.allowed)) + 1);
+  svg.setAttribute("viewBox", `0 0 ${w} 100`);
+  svg.textContent = "";
+  masked.forEach((s, i) => {
+    const h = Math.max(2, (100 * Math.log2(s.allowed + 1)) / top);
+    const bar = document.createElementNS(ns, "rect");
+    bar.setAttribute("x", String(i + 0.1));
+    bar.setAttribute("width", "0.8");
+    bar.setAttribute("y", String(100 - h));
+    bar.setAttribute("height", String(h));
+    if (s.allowed === 1) bar.setAttribute("class", "one");
+    const title = document.createElementNS(ns, "title");
+    title.textContent = `step ${i + 1}: ${s.allowed.toLocaleString("en")} allowed, mask ${fmtUs(s.mask_us)} µs, sampled ${JSON.stringify(s.text)}`;
+    bar.append(title);
+    svg.append(bar);
+  });
+  const caption = `Allowed tokens at each of ${w} masked steps (log scale, full height = ${vocab.toLocaleString("en")}; orange: one choice).`;
+  $("allowed-caption").textContent = caption;
+  svg.setAttribute("aria-label", caption);
+  $("allowed-figure").hidden = false;
+}
 
 // ---------------------------------------------------------------------------------------------
 // What came out: does it parse, does it validate

@@ -73,6 +73,29 @@ export interface GuidedParams {
   min_p?: number | null;
   /** Divides positive logits of tokens already in the output (1: off). */
   repetition_penalty?: number | null;
+  /**
+   * A poot extension: every chunk and the whole response carry `step_stats`, the constraint's
+   * numbers for each sampling step (what the mask allowed, how long it took, what was forced).
+   */
+  step_stats?: boolean | null;
+}
+
+/** A token and its text (lossy UTF-8: a token may hold part of a character). */
+export interface StepToken {
+  token: number;
+  text: string;
+}
+
+/** One sampling step, reported with `step_stats: true`. */
+export interface StepStats extends StepToken {
+  /** The choice the step belongs to. */
+  index: number;
+  /** Tokens the mask allowed (end-of-sequence included); null without a constraint. */
+  allowed: number | null;
+  /** Microseconds the mask took to fill; null without a constraint. */
+  mask_us: number | null;
+  /** Tokens fed after this one without sampling: the constraint forced them (jump-forward). */
+  forced: Array<StepToken>;
 }
 
 /** Options of a `create` call (OpenAI's clients pass `signal` the same way). */
@@ -319,6 +342,8 @@ export interface ChatCompletion {
   usage: CompletionUsage;
   /** One message per request field the engine ignored (present only when there are some). */
   warnings?: Array<string>;
+  /** Every step, with `step_stats: true`. */
+  step_stats?: Array<StepStats>;
 }
 
 export interface ChatCompletionChunkToolCall {
@@ -349,6 +374,8 @@ export interface ChatCompletionChunk {
   /** Empty in the `stream_options.include_usage` chunk. */
   choices: Array<ChatCompletionChunkChoice>;
   usage?: CompletionUsage | null;
+  /** With `step_stats: true`: the steps since the previous chunk that carried some. */
+  step_stats?: Array<StepStats>;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -414,6 +441,8 @@ export interface Completion {
   choices: Array<CompletionChoice>;
   usage: CompletionUsage;
   warnings?: Array<string>;
+  /** Every step, with `step_stats: true`. */
+  step_stats?: Array<StepStats>;
 }
 
 export interface CompletionChunkChoice {
@@ -432,6 +461,8 @@ export interface CompletionChunk {
   system_fingerprint?: string;
   choices: Array<CompletionChunkChoice>;
   usage?: CompletionUsage | null;
+  /** With `step_stats: true`: the steps since the previous chunk that carried some. */
+  step_stats?: Array<StepStats>;
 }
 
 // ---------------------------------------------------------------------------------------------

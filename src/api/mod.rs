@@ -29,4 +29,4 @@ pub mod tools;
 
 pub use request::{Endpoint, Request};
 pub use response::{error_body, error_status};
-pub use run::{Engine, Forward, Run, RunOptions};
+pub use run::{Engine, Forward, Run, RunOptions, StepStats};

@@ -86,6 +86,9 @@ pub struct Request {
     pub tools_json: Option<Value>,
     pub tool_choice: ToolChoice,
     pub parallel_tool_calls: bool,
+    /// `step_stats: true` (a poot extension): every streamed chunk, and the whole response,
+    /// carries per-step numbers of the constraint at work ([`super::run::StepStats`]).
+    pub step_stats: bool,
     /// Fields the request carried that poot does not know: accepted and ignored (as vLLM
     /// does), and reported back so a typo is visible.
     pub ignored_fields: Vec<String>,
@@ -116,6 +119,7 @@ const COMMON_FIELDS: &[&str] = &[
     "top_k",
     "min_p",
     "repetition_penalty",
+    "step_stats",
 ];
 const CHAT_FIELDS: &[&str] = &[
     "messages",
@@ -216,6 +220,7 @@ impl Request {
         let n = f.integer("n", 1, MAX_CHOICES as i64)?.unwrap_or(1) as usize;
         let stop = parse_stop(f.get("stop"))?;
         let stream = f.boolean("stream")?.unwrap_or(false);
+        let step_stats = f.boolean("step_stats")?.unwrap_or(false);
         let include_usage = match f.get("stream_options") {
             None => false,
             Some(Value::Object(o)) => match o.get("include_usage") {
@@ -315,6 +320,7 @@ impl Request {
             tools_json,
             tool_choice,
             parallel_tool_calls,
+            step_stats,
             ignored_fields,
         })
     }

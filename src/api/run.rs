@@ -178,6 +178,26 @@ pub struct RunOptions {
     pub created: u64,
     /// The seed of a request that does not set one.
     pub default_seed: u64,
+    /// A monotonic clock in milliseconds (`performance.now()`, an `Instant`): with one,
+    /// `step_stats` say how long each mask took. The core itself reads no clock.
+    pub clock: Option<fn() -> f64>,
+}
+
+/// One sampling step, as reported with `step_stats: true`: what the constraint allowed, how
+/// long its mask took, and which tokens followed without sampling.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepStats {
+    /// The choice the step belongs to (`n` > 1).
+    pub index: usize,
+    /// The sampled token.
+    pub token: TokenId,
+    /// Tokens the mask allowed (end-of-sequence included); `None` without a constraint.
+    pub allowed: Option<usize>,
+    /// Microseconds the mask took to fill, when [`RunOptions::clock`] is set.
+    pub mask_us: Option<f64>,
+    /// Tokens fed after the sampled one without sampling, because the constraint forced
+    /// their bytes (jump-forward).
+    pub forced: Vec<TokenId>,
 }
 
 /// One token's log-probability entry.
@@ -238,6 +258,12 @@ pub struct Run {
     id_seed: u64,
     /// The request field the constraint came from (`tool_choice` for a forced call).
     constraint_param: Option<&'static str>,
+    clock: Option<fn() -> f64>,
+    /// Every step so far, when the request asked for `step_stats` (at most `n` ×
+    /// `max_tokens` entries).
+    steps: Vec<StepStats>,
+    /// Entries of `steps` already attached to a stream chunk.
+    steps_streamed: usize,
 }
 
 impl Run {
@@ -341,6 +367,9 @@ impl Run {
             jump_forward: !req.logprobs,
             id_seed: seed,
             constraint_param,
+            clock: opts.clock,
+            steps: Vec::new(),
+            steps_streamed: 0,
             engine,
             meta,
             prompt,
@@ -393,7 +422,19 @@ impl Run {
             self.finish_choice(Finish::Stop, &mut chunks);
         }
         self.pending = None;
+        self.attach_steps(&mut chunks);
         chunks
+    }
+
+    /// Puts the steps not yet streamed on the last of `chunks`: a step that streamed nothing
+    /// (its text held back) waits for the next chunk, and the run's last chunk has the rest.
+    fn attach_steps(&mut self, chunks: &mut [Value]) {
+        if self.steps_streamed < self.steps.len() {
+            if let Some(last) = chunks.last_mut() {
+                last["step_stats"] = self.steps_json(self.steps_streamed);
+                self.steps_streamed = self.steps.len();
+            }
+        }
     }
 
     /// Takes the logits of the last [`Forward`]; returns the stream chunks it produced
@@ -431,6 +472,7 @@ impl Run {
         if self.is_done() && self.req.stream && self.req.include_usage {
             chunks.push(response::usage_chunk(&self.meta, self.usage()));
         }
+        self.attach_steps(&mut chunks);
         Ok(chunks)
     }
 
@@ -462,14 +504,32 @@ impl Run {
             choice.started = true;
             chunks.extend(response::role_chunk(&self.meta, c));
         }
+        let mut mask_us = None;
         let mask = match choice.matcher.as_ref() {
             Some(m) => {
+                let started = self.clock.map(|now| now());
                 m.fill_mask(&mut self.mask)?;
+                if let (Some(now), Some(t0)) = (self.clock, started) {
+                    mask_us = Some((now() - t0) * 1000.0);
+                }
                 Some(&self.mask[..])
             }
             None => None,
         };
+        if self.req.step_stats {
+            let allowed = mask.map(|m| m.iter().map(|w| w.count_ones() as usize).sum());
+            self.steps.push(StepStats {
+                index: c,
+                token: 0,
+                allowed,
+                mask_us,
+                forced: Vec::new(),
+            });
+        }
         let token = choice.sampler.sample(logits, mask, &choice.ids)?;
+        if let Some(step) = self.steps.last_mut().filter(|_| self.req.step_stats) {
+            step.token = token;
+        }
         choice.count += 1;
         let ends = match choice.matcher.as_mut() {
             Some(m) => {
@@ -500,7 +560,11 @@ impl Run {
             return Ok(());
         }
         if self.jump_forward {
-            feed.extend(self.forced_tokens()?);
+            let forced = self.forced_tokens()?;
+            if let Some(step) = self.steps.last_mut().filter(|_| self.req.step_stats) {
+                step.forced.clone_from(&forced);
+            }
+            feed.extend(forced);
             if self.check_stop() {
                 self.finish_choice(Finish::Stop, chunks);
                 return Ok(());
@@ -745,10 +809,37 @@ impl Run {
             })
             .collect();
         let mut body = response::completion_json(&self.meta, choices, self.usage());
+        if self.req.step_stats {
+            body["step_stats"] = self.steps_json(0);
+        }
         if !self.req.ignored_fields.is_empty() {
             body["warnings"] = self.warnings();
         }
         body
+    }
+
+    /// Steps `from..` as `step_stats` JSON: each token with its text (lossy UTF-8: a token
+    /// may hold part of a character).
+    fn steps_json(&self, from: usize) -> Value {
+        let vocab = &self.engine.vocab;
+        let token =
+            |id: TokenId| json!({"token": id, "text": String::from_utf8_lossy(vocab.bytes(id))});
+        self.steps[from..]
+            .iter()
+            .map(|s| {
+                let mut v = token(s.token);
+                v["index"] = s.index.into();
+                v["allowed"] = s.allowed.into();
+                v["mask_us"] = s.mask_us.into();
+                v["forced"] = s.forced.iter().map(|&t| token(t)).collect();
+                v
+            })
+            .collect()
+    }
+
+    /// The steps so far (empty unless the request asked for `step_stats`).
+    pub fn step_stats(&self) -> &[StepStats] {
+        &self.steps
     }
 
     /// One warning per ignored request field.

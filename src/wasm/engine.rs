@@ -36,6 +36,14 @@ use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::model::{Model, Session};
 
+#[wasm_bindgen]
+extern "C" {
+    /// `performance.now()`: the page's or the worker's monotonic clock, in milliseconds (the
+    /// clock `step_stats` time each mask with).
+    #[wasm_bindgen(js_namespace = performance, js_name = now)]
+    fn performance_now() -> f64;
+}
+
 /// A model file's bytes in wasm memory, filled chunk by chunk so that a download or a `Blob`
 /// never needs a second whole copy (wasm memory only grows: a transient copy would stay).
 #[wasm_bindgen]
@@ -417,6 +425,7 @@ impl LocalEngine {
             id,
             created: created.max(0.0) as u64,
             default_seed: seed,
+            clock: Some(performance_now),
         };
         let run = Run::new(api, &body, endpoint, opts).map_err(to_js_error)?;
         Ok(EngineRun {

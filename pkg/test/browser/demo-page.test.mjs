@@ -57,6 +57,8 @@ test("the demo loads the reference model with progress", { timeout: 150_000 }, a
   assert.match(await page.textContent("#progress-text"), /100%/);
   assert.match(await page.textContent("#backend"), /^Backend: CPU \(wasm\), as chosen above/);
   assert.equal(await page.isEnabled("#send"), true);
+  // Served cross-origin isolated, so the mask timer ticks in a few µs, not 100.
+  assert.equal(await page.evaluate(() => self.crossOriginIsolated), true);
 });
 
 const TINY_SCHEMA = JSON.stringify({
@@ -74,6 +76,35 @@ const TINY_TOOL = JSON.stringify([{
   },
 }]);
 
+/**
+ * The per-step numbers under the output, against what the engine reported: one step per
+ * sampled token (steps + forced = completion tokens), every mask's count within the vocabulary
+ * and its time a number, one chart bar per masked step, one highlighted token per forced one.
+ * Returns the number of forced tokens.
+ */
+async function checkSteps(kind, last, what) {
+  const steps = last.steps;
+  assert.ok(steps.length > 0, what);
+  const forced = steps.reduce((n, s) => n + s.forced.length, 0);
+  assert.equal(steps.length + forced, last.usage.completion_tokens, what);
+  assert.equal(await page.textContent("#n-forced"), `${forced} of ${steps.length + forced} tokens`);
+  assert.equal(await page.locator("#token-view .forced").count(), forced);
+  if (kind === "none") {
+    assert.ok(steps.every((s) => s.allowed === null && s.mask_us === null), what);
+    assert.equal(await page.textContent("#n-mask"), "no constraint: no mask");
+    return forced;
+  }
+  const vocab = await page.evaluate(() => window.pootDemo.model.vocabSize);
+  for (const s of steps) {
+    assert.ok(Number.isInteger(s.allowed) && s.allowed >= 1 && s.allowed <= vocab, `${kind}: ${JSON.stringify(s)}`);
+    assert.ok(typeof s.mask_us === "number" && s.mask_us >= 0, `${kind}: ${JSON.stringify(s)}`);
+  }
+  assert.equal(await page.locator("#allowed-chart rect").count(), steps.length);
+  assert.equal(await page.isVisible("#allowed-chart"), true);
+  assert.match(await page.textContent("#n-mask"), new RegExp(`^mean [\\d.]+ µs, median [\\d.]+ µs, p99 [\\d.]+ µs, max [\\d.]+ µs over ${steps.length} masks \\(clock step [\\d.]+ µs\\)$`));
+  return forced;
+}
+
 test("every constraint kind generates and the result validates", { timeout: 600_000 }, async () => {
   const cases = [
     ["none", { maxTokens: 4 }],
@@ -85,12 +116,16 @@ test("every constraint kind generates and the result validates", { timeout: 600_
     ["json_object", { prompt: "Reply with an empty JSON object.", maxTokens: 12 }],
     ["tool", { value: TINY_TOOL, maxTokens: 40 }],
   ];
+  let forcedTotal = 0;
   for (const [kind, opts] of cases) {
     const started = Date.now();
     const last = await run(kind, opts);
     const what = `${kind}: ${JSON.stringify({ text: last.text, calls: last.toolCalls, finish: last.finish, verdict: last.verdict, error: last.error })}`;
     console.log(`${kind}: ${((Date.now() - started) / 1000).toFixed(1)} s, ${last.usage?.completion_tokens} tokens, ${JSON.stringify(last.text || last.toolCalls)}`);
     assert.equal(last.error, null, what);
+    const forced = await checkSteps(kind, last, what);
+    forcedTotal += forced;
+    console.log(`  ${last.steps.length} steps, ${forced} forced; ${await page.textContent("#n-mask")}`);
     if (kind === "none") {
       assert.ok(last.text.length > 0, what);
       continue;
@@ -104,6 +139,8 @@ test("every constraint kind generates and the result validates", { timeout: 600_
     assert.equal(last.verdict.ok, true, what);
   }
   assert.match(await page.textContent("#verdict"), /Valid/);
+  // The forced tool call's markup and the schemas' keys are spelled without sampling.
+  assert.ok(forcedTotal > 0, "no token was forced in any case");
 });
 
 test("screenshots: desktop and narrow", { timeout: 60_000 }, async () => {

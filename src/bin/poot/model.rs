@@ -117,7 +117,18 @@ pub(super) fn run_options(endpoint: Endpoint) -> RunOptions {
         id: format!("{prefix}-{seed:016x}"),
         created: now.as_secs(),
         default_seed: seed,
+        clock: Some(monotonic_ms),
     }
+}
+
+/// Milliseconds since the first call: the clock `step_stats` time masks with.
+fn monotonic_ms() -> f64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs_f64()
+        * 1000.0
 }
 
 /// The backend `--backend` names (default `cpu`), holding a session of `context` positions.
