@@ -554,10 +554,9 @@ fn logprobs_list_only_allowed_tokens_with_their_bytes() {
                 .map(|b| b.as_u64().unwrap() as u8),
         );
     }
-    // The last entry is the end-of-sequence token; the others spell the text.
-    let text_bytes =
-        &bytes[..bytes.len() - entries.last().unwrap()["bytes"].as_array().unwrap().len()];
-    assert_eq!(String::from_utf8_lossy(text_bytes), text);
+    // The entries spell the text: the reply ends where the choice does, without sampling
+    // the end-of-sequence token that is all that could follow.
+    assert_eq!(String::from_utf8_lossy(&bytes), text);
     // At the first step only `a` and `b` starts are allowed: every alternative starts so.
     for alt in entries[0]["top_logprobs"].as_array().unwrap() {
         let t = alt["token"].as_str().unwrap();
@@ -695,8 +694,7 @@ fn step_stats_give_each_masks_allowed_count_time_and_forced_tokens() {
             assert_eq!(s["mask_us"], 250.0);
             let token = s["token"].as_u64().unwrap() as TokenId;
             m.advance(token).unwrap();
-            let last = k + 1 == steps.len();
-            if !last {
+            if k + 1 < steps.len() {
                 text += s["text"].as_str().unwrap();
             }
             for f in s["forced"].as_array().unwrap() {
@@ -705,8 +703,10 @@ fn step_stats_give_each_masks_allowed_count_time_and_forced_tokens() {
                 forced_seen += 1;
             }
         }
-        // The last step sampled end-of-sequence; the rest spell the reply.
-        assert!(m.is_finished());
+        // The reply ends where the regex does: no step samples end-of-sequence (only it
+        // could follow), and the steps spell the reply.
+        assert!(m.is_accepting() && !m.is_finished());
+        text += steps.last().unwrap()["text"].as_str().unwrap();
         assert_eq!(text, content(&response, i));
     }
     assert!(forced_seen > 0, "the literal forces tokens");

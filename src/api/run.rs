@@ -575,6 +575,10 @@ impl Run {
                 return Ok(());
             }
         }
+        if self.only_end_allowed()? {
+            self.finish_choice(Finish::Stop, chunks);
+            return Ok(());
+        }
         if self.choices[c].count >= self.max_tokens {
             self.finish_choice(Finish::Length, chunks);
             return Ok(());
@@ -649,6 +653,31 @@ impl Run {
             self.push_token(t);
         }
         Ok(fed)
+    }
+
+    /// Whether the constraint's output is complete and nothing may follow it: then the only
+    /// token the next step could sample is end-of-sequence, and the choice ends without that
+    /// forward pass (a whole step saved per reply; the never-sampled end-of-sequence token is
+    /// not counted in `usage`).
+    fn only_end_allowed(&mut self) -> Result<bool> {
+        let Some(m) = self.choices[self.current].matcher.as_ref() else {
+            return Ok(false);
+        };
+        if !m.is_accepting() {
+            return Ok(false);
+        }
+        m.fill_mask(&mut self.mask)?;
+        let vocab = &self.engine.vocab;
+        Ok(self
+            .mask
+            .iter()
+            .enumerate()
+            .filter(|(_, &bits)| bits != 0)
+            .all(|(w, &bits)| {
+                (0..32)
+                    .filter(|b| bits >> b & 1 == 1)
+                    .all(|b| vocab.is_eos((w * 32 + b) as TokenId))
+            }))
     }
 
     /// Cuts the current choice's text at the first stop sequence; whether one was found.
