@@ -83,13 +83,24 @@ pub const MAX_SCHEMA_EXPANSION: usize = 10_000;
 /// deeper ones need `response_format` `json_object`.
 pub const FREE_FORM_DEPTH: u32 = 2;
 
-/// Working memory an automaton may use while it is built, in bytes (spec: 256 KiB).
+/// Memory an automaton may use, in bytes (spec: 256 KiB).
 ///
-/// Applied three times, each a hard stop: to the Thompson NFA, to the determinizer's
-/// auxiliary storage, and to the dense DFA itself. A pattern such as `(a|b)*a(a|b){17}`
-/// needs 2^18 DFA states, so determinization stops after ~1 ms at this bound instead of
-/// building megabytes. A `guided_json` schema compiles to a regex under the same bound.
+/// Applied to the Thompson NFA and to the DFA's transition table (4 bytes per state and byte
+/// class, every reachable state counted while determinizing), each a hard stop.
+/// `(a|b)*a(a|b){12}` (8,192 states over 4 byte classes: 128 KiB) is the largest of its family
+/// that fits; `(a|b)*a(a|b){17}` needs 2^18 states, so determinization stops at ~16,000 states,
+/// after ~2 ms, instead of building megabytes. A `guided_json` schema compiles to a regex under
+/// the same bound. Patterns with `^`, `$` or `(?-u:\b)` are determinized by regex-automata,
+/// which applies this bound to its own bookkeeping and to its padded dense table instead.
 pub const AUTOMATON_BYTES: usize = 256 * 1024;
+
+/// Bookkeeping the determinizer may use beside the transition table, in bytes: the NFA state
+/// set of every DFA state and the hash index over them, freed once the table is built.
+///
+/// `(a|b)*a(a|b){12}` needs 368 KiB here (~9 NFA states per DFA state); a schema's automaton
+/// can have a few dozen per state, so this is looser than [`AUTOMATON_BYTES`]. Without the
+/// table bound, `(a|b)*a(a|b){13}` would need 768 KiB and `{14}` 1.6 MiB.
+pub const DETERMINIZE_BYTES: usize = 1024 * 1024;
 
 /// Memory one compiled constraint may spend on cached per-state token masks, in bytes.
 ///

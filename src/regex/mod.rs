@@ -2,11 +2,13 @@
 //!
 //! The pattern is parsed by regex-syntax (Unicode on: classes such as `\p{Greek}` or `é`
 //! compile to their UTF-8 byte sequences, so the automaton reads bytes and a token that ends in
-//! the middle of a character is still judged exactly), compiled to a Thompson NFA and
-//! determinized by regex-automata with [`MatchKind::All`] (every alternative stays alive, so
-//! `a|ab` accepts both) and an anchored start. Each bound of [`crate::limits`] is a hard stop:
-//! the pattern length, the NFA's size, and the determinizer's and the DFA's memory, so a
-//! pattern like `(a|b)*a(a|b){17}` (2^18 states) is refused in about a millisecond.
+//! the middle of a character is still judged exactly), compiled to a Thompson NFA by
+//! regex-automata and determinized with [`MatchKind::All`] semantics (every alternative stays
+//! alive, so `a|ab` accepts both) from an anchored start: by our own subset construction
+//! (`determinize.rs`), or by regex-automata's dense determinizer when the pattern has `^`, `$`
+//! or `(?-u:\b)`. Each bound of [`crate::limits`] is a hard stop: the pattern length, the NFA's
+//! size, the DFA table and the determinizer's bookkeeping, so a pattern like
+//! `(a|b)*a(a|b){17}` (2^18 states) is refused in about 2 ms.
 //!
 //! The DFA is then copied into [`Dfa`], a compact table in which every state can still reach a
 //! match: states that cannot are merged into the dead state, so "the automaton is alive" means
@@ -16,7 +18,13 @@
 //! back-references (not regular), and Unicode word boundaries `\b` (use `(?-u:\b)`).
 
 use crate::error::{Error, Result};
-use crate::limits::{AUTOMATON_BYTES, ERROR_QUOTE_CHARS, MAX_REGEX_BYTES, MAX_REGEX_NESTING};
+mod determinize;
+#[cfg(test)]
+mod oracle_tests;
+
+use crate::limits::{
+    AUTOMATON_BYTES, DETERMINIZE_BYTES, ERROR_QUOTE_CHARS, MAX_REGEX_BYTES, MAX_REGEX_NESTING,
+};
 use regex_automata::dfa::{dense, Automaton};
 use regex_automata::nfa::thompson;
 use regex_automata::util::start;
@@ -119,7 +127,39 @@ impl Dfa {
 
     /// Determinizes a Thompson NFA built elsewhere (the `guided_json` compiler builds its NFA
     /// directly so that shared parts of a schema are not duplicated), under the same bounds.
+    ///
+    /// NFAs without look-around go through our own subset construction ([`determinize`]);
+    /// those with `^`, `$` or ASCII `\b` keep regex-automata's dense determinizer, which
+    /// tracks the look-behind context those need.
     pub(crate) fn from_nfa(nfa: &thompson::NFA, field: &str, shown: &str) -> Result<Self> {
+        if !nfa.look_set_any().is_empty() {
+            return Self::from_nfa_dense(nfa, field, shown);
+        }
+        let err_param = |e: Error| e.with_param(field);
+        let table = determinize::determinize(nfa, AUTOMATON_BYTES, DETERMINIZE_BYTES).map_err(
+            |refusal| {
+                let msg = match refusal {
+                    determinize::Refusal::Table { .. } => format!(
+                        "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit"
+                    ),
+                    determinize::Refusal::Work { .. } => format!(
+                        "{field} {shown} needs more than the {DETERMINIZE_BYTES}-byte \
+                         determinization limit"
+                    ),
+                };
+                err_param(Error::limit_exceeded(msg).with_source(refusal))
+            },
+        )?;
+        Self::checked(
+            Self::compact(table.classes, table.stride, table.trans, table.accepting),
+            field,
+            shown,
+        )
+    }
+
+    /// The previous path, regex-automata's dense determinizer: used for NFAs with look-around
+    /// and, in tests, as the oracle for [`determinize`].
+    fn from_nfa_dense(nfa: &thompson::NFA, field: &str, shown: &str) -> Result<Self> {
         let err_param = |e: Error| e.with_param(field);
         let too_big = || {
             err_param(Error::limit_exceeded(format!(
@@ -149,37 +189,46 @@ impl Dfa {
                     .with_source(e)
                 }
             })?;
-        let compact = Self::from_dense(&dfa)
-            .map_err(|e| err_param(Error::invalid_input(format!("{field} {shown} {e}"))))?;
+        Self::checked(Self::from_dense(&dfa), field, shown)
+    }
+
+    /// Turns a compaction result into the caller's error, and applies the table bound.
+    fn checked(
+        compact: std::result::Result<Self, String>,
+        field: &str,
+        shown: &str,
+    ) -> Result<Self> {
+        let compact = compact
+            .map_err(|e| Error::invalid_input(format!("{field} {shown} {e}")).with_param(field))?;
         if compact.trans.len() * 4 > AUTOMATON_BYTES {
-            return Err(too_big());
+            return Err(Error::limit_exceeded(format!(
+                "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit"
+            ))
+            .with_param(field));
         }
         Ok(compact)
     }
 
-    /// Copies the reachable part of a dense DFA, merging states that cannot reach a match into
-    /// the dead state.
+    /// Copies the reachable part of a dense DFA into a raw table for [`Self::compact`].
     fn from_dense(dfa: &dense::DFA<Vec<u32>>) -> std::result::Result<Self, String> {
         let byte_classes = dfa.byte_classes();
         let stride = byte_classes.alphabet_len() - 1; // without the end-of-input class
         let mut classes = [0u8; 256];
         let mut reps = vec![0u8; stride];
-        let mut class_size = vec![0usize; stride];
         for b in (0..=255u8).rev() {
             let c = byte_classes.get(b);
             classes[b as usize] = c;
             reps[c as usize] = b;
-            class_size[c as usize] += 1;
         }
         let start = dfa
             .start_state(&start::Config::new().anchored(Anchored::Yes))
             .map_err(|e| format!("has no anchored start state: {e}"))?;
 
-        // Breadth-first over reachable states; raw transitions use usize::MAX for dead.
-        let mut index: HashMap<regex_automata::util::primitives::StateID, usize> = HashMap::new();
+        // Breadth-first over reachable states.
+        let mut index: HashMap<regex_automata::util::primitives::StateID, u32> = HashMap::new();
         let mut order = vec![start];
         index.insert(start, 0);
-        let mut raw: Vec<usize> = Vec::new();
+        let mut raw: Vec<u32> = Vec::new();
         let mut accepting = Vec::new();
         let mut i = 0;
         while i < order.len() {
@@ -188,10 +237,10 @@ impl Dfa {
             for &b in &reps {
                 let next = dfa.next_state(sid, b);
                 if dfa.is_dead_state(next) || dfa.is_quit_state(next) {
-                    raw.push(usize::MAX);
+                    raw.push(determinize::NONE);
                     continue;
                 }
-                let n = order.len();
+                let n = order.len() as u32;
                 let j = *index.entry(next).or_insert_with(|| {
                     order.push(next);
                     n
@@ -200,24 +249,54 @@ impl Dfa {
             }
             i += 1;
         }
+        Self::compact(classes, stride, raw, accepting)
+    }
 
-        // Live states reach an accepting state: a backward search from the accepting ones.
-        let n = order.len();
-        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
+    /// Builds the final table from the reachable states (`raw[s * stride + class]` is the next
+    /// state index or [`determinize::NONE`]; state 0 is the start), merging states that cannot
+    /// reach a match into the dead state.
+    fn compact(
+        classes: [u8; 256],
+        stride: usize,
+        raw: Vec<u32>,
+        accepting: Vec<bool>,
+    ) -> std::result::Result<Self, String> {
+        const NONE: u32 = determinize::NONE;
+        let mut reps = vec![0u8; stride];
+        let mut class_size = vec![0usize; stride];
+        for b in (0..=255u8).rev() {
+            let c = classes[b as usize];
+            reps[c as usize] = b;
+            class_size[c as usize] += 1;
+        }
+
+        // Live states reach an accepting state: a backward search from the accepting ones,
+        // over predecessor lists in one flat array (counting sort by target).
+        let n = accepting.len();
+        let mut first = vec![0u32; n + 1];
+        for &t in &raw {
+            if t != NONE {
+                first[t as usize + 1] += 1;
+            }
+        }
         for s in 0..n {
-            for &t in &raw[s * stride..(s + 1) * stride] {
-                if t != usize::MAX {
-                    preds[t].push(s);
-                }
+            first[s + 1] += first[s];
+        }
+        let mut fill = first.clone();
+        let mut preds = vec![0u32; first[n] as usize];
+        for (i, &t) in raw.iter().enumerate() {
+            if t != NONE {
+                preds[fill[t as usize] as usize] = (i / stride) as u32;
+                fill[t as usize] += 1;
             }
         }
         let mut live = accepting.clone();
         let mut stack: Vec<usize> = (0..n).filter(|&s| accepting[s]).collect();
         while let Some(s) = stack.pop() {
-            for &p in &preds[s] {
-                if !live[p] {
-                    live[p] = true;
-                    stack.push(p);
+            for &p in &preds[first[s] as usize..first[s + 1] as usize] {
+                if !live[p as usize] {
+                    live[p as usize] = true;
+                    stack.push(p as usize);
                 }
             }
         }
@@ -245,8 +324,8 @@ impl Dfa {
             let mut only = NO_FORCED;
             for c in 0..stride {
                 let t = raw[s * stride + c];
-                if t != usize::MAX && live[t] {
-                    trans[row * stride + c] = new_id[t];
+                if t != NONE && live[t as usize] {
+                    trans[row * stride + c] = new_id[t as usize];
                     live_bytes += class_size[c];
                     only = u16::from(reps[c]);
                 }
