@@ -276,6 +276,15 @@ fn compile_times() {
     for n in [13, 14, 17] {
         rows.push((format!("ab{n}"), format!("(a|b)*a(a|b){{{n}}}")));
     }
+    // Long epsilon chains and large state sets.
+    for p in [
+        "(x?){1000}",
+        "(a|b)*a(a|b){6}(x?){60}",
+        "(a*b*c*){50}",
+        "[a-c]{0,200}",
+    ] {
+        rows.push((p.into(), p.into()));
+    }
     let median = |f: &dyn Fn() -> bool| {
         let mut times: Vec<f64> = (0..21)
             .map(|_| {
@@ -313,4 +322,33 @@ fn compile_times() {
             states(Dfa::from_nfa_dense(&nfa, "f", "`p`")),
         );
     }
+}
+
+/// `guided_json` builds its NFA directly: its automaton against the dense determinizer on the
+/// schema's regex text (the same language through regex-syntax).
+#[test]
+fn schema_automata_match_the_dense_determinizer_on_their_regex() {
+    let schemas = [
+        r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+            "age": {"type": "integer"}}, "required": ["name"]}"#,
+        r#"{"enum": ["red", "green", 3, null, {"a": [1]}]}"#,
+        r#"{"type": "array", "items": {"type": "string", "pattern": "^[a-c]+$"},
+            "minItems": 1, "maxItems": 3}"#,
+        r#"{"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "number"},
+            "c": {"const": "x"}}, "additionalProperties": false}"#,
+        r#"{"type": "array", "items": {}, "maxItems": 2}"#,
+    ];
+    let mut compared = 0;
+    for text in schemas {
+        let schema: serde_json::Value = serde_json::from_str(text).unwrap();
+        let compiled = crate::json_schema::JsonSchema::compile(&schema, "guided_json")
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+        let nfa = nfa_of(compiled.regex());
+        let Ok(theirs) = Dfa::from_nfa_dense(&nfa, "guided_json", "`s`") else {
+            continue;
+        };
+        assert_equivalent(text, compiled.dfa(), &theirs);
+        compared += 1;
+    }
+    assert!(compared >= 4, "only {compared} schemas compared");
 }
