@@ -76,7 +76,7 @@ const KINDS = {
 
 const state = (window.pootDemo = {
   loaded: false, loading: false, backend: null, model: null, progress: [], error: null,
-  generating: false, last: null, swReady: false,
+  generating: false, last: null, swReady: false, history: [],
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -131,31 +131,10 @@ function showBackend(b) {
   }
 }
 
-/**
- * The engine's own "auto" takes any WebGPU adapter; a software one (SwiftShader, lavapipe) is
- * slower than the wasm CPU path, so the demo's "auto" skips it.
- */
-async function chooseBackend() {
+/** The backend the picker asks for; the engine's "auto" skips a software WebGPU adapter. */
+function chooseBackend() {
   const wanted = $("backend-choice").value;
-  if (wanted !== "auto") return { backend: wanted, note: null, chosen: wanted === "cpu" };
-  if (!navigator.gpu) return { backend: "cpu", note: "navigator.gpu is missing" };
-  let adapter = null;
-  // A GPU process that never answers must not stall the page: 10 s, then the CPU.
-  let timer;
-  const late = new Promise((resolve) => (timer = setTimeout(() => resolve("late"), 10_000)));
-  try {
-    adapter = await Promise.race([navigator.gpu.requestAdapter(), late]);
-  } catch {} finally {
-    clearTimeout(timer);
-  }
-  if (adapter === "late") return { backend: "cpu", note: "the WebGPU adapter request did not answer in 10 s" };
-  if (!adapter) return { backend: "cpu", note: "no WebGPU adapter" };
-  const info = adapter.info ?? {};
-  const text = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ");
-  if (info.isFallbackAdapter || /swiftshader|llvmpipe|lavapipe|software/i.test(text)) {
-    return { backend: "cpu", note: `the only adapter (${text || "unnamed"}) is a software one, slower than the CPU path; pick "WebGPU" to use it anyway` };
-  }
-  return { backend: "auto", note: null };
+  return { backend: wanted, chosen: wanted === "cpu" };
 }
 
 async function loadModel(source, name) {
@@ -173,12 +152,11 @@ async function loadModel(source, name) {
   worker?.terminate();
   worker = new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module" });
   try {
-    const { backend, note, chosen } = await chooseBackend();
+    const { backend, chosen } = chooseBackend();
     const e = await createWorkerEngine(worker, { model: source, backend, onProgress: showProgress, signal: abort.signal });
     if (abort.signal.aborted) return;
     engine = e;
     const info = { ...e.backend };
-    if (info.kind === "cpu" && !info.reason && note) info.reason = note;
     if (info.kind === "cpu" && chosen) info.chosen = true;
     state.backend = info;
     state.model = { ...e.model, source: name };
@@ -261,7 +239,8 @@ function buildRequest() {
   return {
     kind,
     request: {
-      messages: [{ role: "user", content: $("prompt").value }],
+      // The conversation so far, then this message (New chat starts over).
+      messages: [...state.history, { role: "user", content: $("prompt").value }],
       max_tokens: Number($("max-tokens").value) || 64,
       temperature: Number($("temperature").value),
       // poot's extension: each chunk carries the constraint's per-step numbers.
@@ -313,6 +292,7 @@ async function generate() {
   }
   state.generating = true;
   $("send").disabled = true;
+  $("new-chat").disabled = true;
   $("stop").disabled = false;
   out.setAttribute("aria-busy", "true");
   $("gen-status").textContent = "Generating…";
@@ -367,10 +347,20 @@ async function generate() {
   showSteps(run);
   run.verdict = judge(run);
   showVerdict(run.verdict);
+  // A finished reply joins the conversation; a stopped or failed one does not.
+  if (!run.error && !run.stopped) {
+    const user = request.messages.at(-1);
+    const reply = run.toolCalls.length
+      ? { role: "assistant", content: null, tool_calls: run.toolCalls }
+      : { role: "assistant", content: run.text };
+    state.history.push(user, reply);
+    showTranscript();
+  }
   state.last = run;
   state.generating = false;
   $("send").disabled = false;
   $("stop").disabled = true;
+  $("new-chat").disabled = state.history.length === 0;
   out.setAttribute("aria-busy", "false");
   $("send").focus();
 }
@@ -380,6 +370,28 @@ $("chat-form").addEventListener("submit", (ev) => {
   generate();
 });
 $("stop").addEventListener("click", () => genAbort?.abort());
+$("new-chat").addEventListener("click", () => {
+  state.history = [];
+  showTranscript();
+  $("prompt").focus();
+});
+
+function showTranscript() {
+  const list = $("transcript");
+  list.textContent = "";
+  for (const m of state.history) {
+    const li = document.createElement("li");
+    li.className = m.role;
+    const role = document.createElement("span");
+    role.className = "role";
+    role.textContent = m.role === "user" ? "You:" : "Model:";
+    const text = m.tool_calls ? m.tool_calls.map((c) => `${c.function.name}(${c.function.arguments})`).join("\n") : m.content;
+    li.append(role, text);
+    list.append(li);
+  }
+  list.hidden = state.history.length === 0;
+  $("new-chat").disabled = state.history.length === 0;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Per-step numbers (`step_stats`): mask time, allowed-token counts, forced tokens

@@ -39,7 +39,7 @@ export type { LoadProgress, ModelSource } from "./modelSource.js";
 export interface EngineOptions {
   /** The GGUF file: a URL (fetched, and kept in Cache Storage), a Blob/File or its bytes. */
   model: ModelSource;
-  /** `"auto"` (default): WebGPU when there is an adapter and the model fits it, else the CPU. */
+  /** `"auto"` (default): WebGPU on a hardware adapter that the model fits, else the CPU (a software adapter such as SwiftShader is slower than the CPU path; `"webgpu"` uses it anyway). */
   backend?: "webgpu" | "cpu" | "auto";
   onProgress?: (p: LoadProgress) => void;
   /** Cache Storage bucket for downloaded models (default `"poot-models"`); false: no cache. */
@@ -490,6 +490,11 @@ export async function createEngine(opts: EngineOptions): Promise<Engine> {
     if (backend.kind === "webgpu") {
       report({ phase: "upload", loaded: total, total });
       if (!backend.adapter) backend.adapter = await describeAdapter();
+    }
+    // "auto" passed over a software adapter whose name wgpu could not read: name it here.
+    const unnamed = "the only WebGPU adapter is a software one";
+    if (backend.kind === "cpu" && backend.reason?.startsWith(unnamed)) {
+      backend.reason = `the only WebGPU adapter (${await describeAdapter()}) is a software one${backend.reason.slice(unnamed.length)}`;
     }
     if (signal?.aborted) throw abortError(signal, "loading the model");
     const info = JSON.parse(call(() => core.modelInfo())) as ModelInfo;

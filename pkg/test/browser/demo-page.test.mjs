@@ -32,7 +32,9 @@ after(async () => {
 const loaded = (p) => p.waitForFunction(() => window.pootDemo?.loaded || window.pootDemo?.error, null, { timeout: 120_000 });
 
 /** Picks a constraint kind, optionally overrides the value, prompt and max_tokens, generates. */
-async function run(kind, { value, prompt, maxTokens }) {
+async function run(kind, { value, prompt, maxTokens, keepConversation = false }) {
+  // Each case starts a new conversation (short prompts), unless it tests the conversation.
+  if (!keepConversation && (await page.isEnabled("#new-chat"))) await page.click("#new-chat");
   await page.selectOption("#kind", kind);
   if (value !== undefined) await page.fill("#constraint-text", value);
   if (prompt !== undefined) await page.fill("#prompt", prompt);
@@ -143,6 +145,26 @@ test("every constraint kind generates and the result validates", { timeout: 600_
   assert.ok(forcedTotal > 0, "no token was forced in any case");
 });
 
+test("a second message continues the conversation; New chat starts over", { timeout: 120_000 }, async () => {
+  await page.click("#new-chat");
+  assert.equal(await page.isVisible("#transcript"), false);
+  const first = await run("guided_choice", { maxTokens: 4, prompt: "Is the sky blue?" });
+  assert.equal(first.request.messages.length, 1);
+  const second = await run("guided_choice", { maxTokens: 4, prompt: "Are you sure?", keepConversation: true });
+  // The request carries the first turn: the user's message and the model's reply, then the new one.
+  assert.deepEqual(second.request.messages.map((m) => m.role), ["user", "assistant", "user"]);
+  assert.equal(second.request.messages[0].content, "Is the sky blue?");
+  assert.equal(second.request.messages[1].content, first.text);
+  assert.equal(second.verdict.ok, true, JSON.stringify(second));
+  assert.equal(await page.locator("#transcript li").count(), 4);
+  assert.match(await page.textContent("#transcript li.assistant"), new RegExp(`^Model:${first.text}$`));
+  await page.click("#new-chat");
+  assert.equal(await page.isVisible("#transcript"), false);
+  assert.equal(await page.isDisabled("#new-chat"), true);
+  const fresh = await run("guided_choice", { maxTokens: 4, prompt: "Is grass green?", keepConversation: true });
+  assert.equal(fresh.request.messages.length, 1);
+});
+
 test("screenshots: desktop and narrow", { timeout: 60_000 }, async () => {
   // Right after the forced tool call: the page shows a parsed, validated call.
   // Every control has a label, and Tab reaches Generate.
@@ -184,6 +206,7 @@ test("an invalid constraint shows its 400 next to the field before any generatio
 });
 
 test("Stop ends a long generation early", { timeout: 120_000 }, async () => {
+  if (await page.isEnabled("#new-chat")) await page.click("#new-chat");
   await page.selectOption("#kind", "none");
   await page.fill("#prompt", "Tell me a long story about a dragon.");
   await page.fill("#max-tokens", "400");

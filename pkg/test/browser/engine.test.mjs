@@ -66,6 +66,30 @@ test("WebGPU engine in a page: structured completions, abort, the openai client 
   gpuLean = out.suites.lean;
 });
 
+test("auto skips a software WebGPU adapter and says why; a hardware one is used", { timeout: 120_000 }, async () => {
+  const { page, errors } = await env.open();
+  const { webgpu, auto } = await page.evaluate(async () => {
+    const { createEngine } = await import("/pkg/dist/index.js");
+    const load = async (backend) => {
+      const engine = await createEngine({ model: "/model.gguf", backend, cache: false });
+      const b = engine.backend;
+      await engine.unload();
+      return b;
+    };
+    return { webgpu: await load("webgpu"), auto: await load("auto") };
+  });
+  await page.close();
+  assert.deepEqual(errors, []);
+  assert.equal(webgpu.kind, "webgpu");
+  if (webgpu.isSoftware) {
+    assert.equal(auto.kind, "cpu");
+    const name = webgpu.adapter.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    assert.match(auto.reason, new RegExp(`^the only WebGPU adapter \\(${name}\\) is a software one, slower than the CPU path`));
+  } else {
+    assert.deepEqual(auto, webgpu);
+  }
+});
+
 test("CPU engine in a page: the full scenarios, and the lean ones equal to WebGPU's", { timeout: 10 * 60_000 }, async () => {
   const out = await inPage("cpu", ["full", "lean"], 32);
   assert.equal(out.backend.kind, "cpu");
