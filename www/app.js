@@ -486,7 +486,8 @@ function drawAllowed(masked, vocab) {
   const ns = "http://www.w3.org/2000/svg";
   const w = masked.length;
   const top = Math.log2(Math.max(vocab, ...masked.map((s) => s.allowed)) + 1);
-  svg.setAttribute("viewBox", `0 0 ${w} 100`);
+  // At least 48 slots, so a short reply draws thin bars, not a few wide blocks.
+  svg.setAttribute("viewBox", `0 0 ${Math.max(w, 48)} 100`);
   svg.textContent = "";
   masked.forEach((s, i) => {
     const h = Math.max(2, (100 * Math.log2(s.allowed + 1)) / top);

@@ -145,6 +145,24 @@ test("every constraint kind generates and the result validates", { timeout: 600_
   assert.ok(forcedTotal > 0, "no token was forced in any case");
 });
 
+test("screenshots: desktop and narrow", { timeout: 60_000 }, async () => {
+  // Right after the forced tool call: the page shows a parsed, validated call.
+  // Every control has a label, and Tab reaches Generate.
+  const unlabelled = await page.evaluate(() =>
+    [...document.querySelectorAll("input, select, textarea")].filter((e) => e.labels.length === 0).map((e) => e.id));
+  assert.deepEqual(unlabelled, []);
+  await page.focus("#temperature");
+  await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "send");
+  await page.setViewportSize({ width: 960, height: 800 });
+  await page.screenshot({ path: `${RESULTS}demo-desktop.png`, fullPage: true });
+  await page.setViewportSize({ width: 380, height: 800 });
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the narrow page scrolls sideways by ${overflow}px`);
+  await page.screenshot({ path: `${RESULTS}demo-narrow.png`, fullPage: true });
+  await page.setViewportSize({ width: 1200, height: 900 });
+});
+
 test("a second message continues the conversation; New chat starts over", { timeout: 120_000 }, async () => {
   await page.click("#new-chat");
   assert.equal(await page.isVisible("#transcript"), false);
@@ -163,24 +181,6 @@ test("a second message continues the conversation; New chat starts over", { time
   assert.equal(await page.isDisabled("#new-chat"), true);
   const fresh = await run("guided_choice", { maxTokens: 4, prompt: "Is grass green?", keepConversation: true });
   assert.equal(fresh.request.messages.length, 1);
-});
-
-test("screenshots: desktop and narrow", { timeout: 60_000 }, async () => {
-  // Right after the forced tool call: the page shows a parsed, validated call.
-  // Every control has a label, and Tab reaches Generate.
-  const unlabelled = await page.evaluate(() =>
-    [...document.querySelectorAll("input, select, textarea")].filter((e) => e.labels.length === 0).map((e) => e.id));
-  assert.deepEqual(unlabelled, []);
-  await page.focus("#temperature");
-  await page.keyboard.press("Tab");
-  assert.equal(await page.evaluate(() => document.activeElement.id), "send");
-  await page.setViewportSize({ width: 960, height: 800 });
-  await page.screenshot({ path: `${RESULTS}demo-desktop.png`, fullPage: true });
-  await page.setViewportSize({ width: 380, height: 800 });
-  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-  assert.ok(overflow <= 0, `the narrow page scrolls sideways by ${overflow}px`);
-  await page.screenshot({ path: `${RESULTS}demo-narrow.png`, fullPage: true });
-  await page.setViewportSize({ width: 1200, height: 900 });
 });
 
 test("an invalid constraint shows its 400 next to the field before any generation", { timeout: 60_000 }, async () => {
