@@ -178,7 +178,7 @@ pub struct RunOptions {
     pub created: u64,
     /// The seed of a request that does not set one.
     pub default_seed: u64,
-    /// A monotonic clock in milliseconds (`performance.now()`, an `Instant`): with one,
+    /// A monotonic clock in milliseconds (`performance.now()`, the CLI's own): with one,
     /// `step_stats` say how long each mask took. The core itself reads no clock.
     pub clock: Option<fn() -> f64>,
 }
