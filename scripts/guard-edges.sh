@@ -18,5 +18,5 @@ check "wasm_bindgen/js_sys/web_sys" '\b(wasm_bindgen|js_sys|web_sys)\b' 'src/was
 check "wgpu" '\bwgpu::|\buse wgpu\b' 'src/gpu/'
 # Test-only modules (`*_tests.rs`, compiled for native `cargo test` only) may time things.
 check "a clock" '\b(Instant|SystemTime|std::time)\b' 'src/bin/|src/[a-z_/]*_tests\.rs:'
-[ "$status" -eq 0 ] && echo "edges ok: bindings in src/wasm/, wgpu in src/gpu/, clocks in src/bin/"
+[ "$status" -eq 0 ] && echo "edges ok: bindings in src/wasm/, wgpu in src/gpu/, clocks in src/bin/ and *_tests.rs"
 exit "$status"
