@@ -219,10 +219,7 @@ fn webgpu_missing() -> Option<String> {
 /// before the weights are uploaded: the wasm CPU path is ~100x faster than SwiftShader here
 /// (27 vs 0.15 tokens/s in Chromium on the reference model).
 #[cfg(feature = "gpu")]
-async fn load_gpu(
-    cpu: &Model<Vec<u8>>,
-    hardware_only: bool,
-) -> Result<(crate::gpu::Model, Value)> {
+async fn load_gpu(cpu: &Model<Vec<u8>>, hardware_only: bool) -> Result<(crate::gpu::Model, Value)> {
     use crate::gpu::{Context, Model as GpuModel};
     if let Some(reason) = webgpu_missing() {
         return Err(Error::gpu(reason));
