@@ -92,7 +92,12 @@ fn mask_bit_is_set_iff_the_token_keeps_the_matcher_alive() {
                 "{pattern}: stuck after {output:?}"
             );
         }
-        assert!(states > 1, "{pattern}: explored {states} states");
+        // Every automaton here but `x*`'s (one live state: the minimal DFA) has more than one.
+        assert!(
+            states > 1 || dfa.state_count() == 2,
+            "{pattern}: explored {states} of {} states",
+            dfa.state_count() - 1
+        );
     }
 }
 
