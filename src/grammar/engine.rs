@@ -13,7 +13,7 @@
 use super::{BitSet256, Grammar, NONE, SLOW};
 use crate::error::{Error, Result};
 use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_STEP_WORK};
-use crate::vocab::{TokenId, Vocabulary};
+use crate::vocab::{TokenId, Trie, Vocabulary};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -471,6 +471,75 @@ struct Level {
     allowed: BitSet256,
 }
 
+/// Subtrees taken whole (tests check that theirs are).
+#[cfg(test)]
+static SKIPS: AtomicUsize = AtomicUsize::new(0);
+
+/// The [`Trie::byte_group`]s of the characters that can start with a byte of `set`.
+fn groups(set: &BitSet256) -> u64 {
+    let mut out = 0;
+    for (w, &word) in set.0.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            out |= Trie::byte_group((w * 64) as u8 + word.trailing_zeros() as u8);
+            word &= word - 1;
+        }
+    }
+    out
+}
+
+/// The groups of characters (see [`Trie::byte_group`]) on which `t` loops: every character
+/// of the group leads from `t` back to `t` within its rule. A head at `t` stays alive
+/// through any valid UTF-8 made of those characters (a token ending inside one included),
+/// so a walk where some head is at `t` accepts every token of a subtree whose `below` is
+/// within these groups, whatever else the heads could do (a mask is a union).
+fn loop_groups(g: &Grammar, t: u32) -> u64 {
+    let f = |s: u32, b: u8| g.trans[s as usize * g.stride + usize::from(g.classes[usize::from(b)])];
+    let mut all = 0;
+    let mut fail = 0;
+    for b in 0..=0x7fu8 {
+        let bit = Trie::byte_group(b);
+        all |= bit;
+        if f(t, b) != t {
+            fail |= bit;
+        }
+    }
+    // From `s`, every byte sequence of `ranges` (distinct classes only) must stay alive
+    // and end at `t`.
+    fn rest(g: &Grammar, t: u32, s: u32, ranges: &[(u8, u8)]) -> bool {
+        let Some((&(lo, hi), more)) = ranges.split_first() else {
+            return s == t;
+        };
+        if s == NONE {
+            return false;
+        }
+        let mut seen = [false; 256];
+        (lo..=hi).all(|b| {
+            let c = usize::from(g.classes[usize::from(b)]);
+            if std::mem::replace(&mut seen[c], true) {
+                return true;
+            }
+            rest(g, t, g.trans[s as usize * g.stride + c], more)
+        })
+    }
+    for lead in 0xc2..=0xf4u8 {
+        let bit = Trie::byte_group(lead);
+        all |= bit;
+        if fail & bit != 0 {
+            continue;
+        }
+        let Some((second, k)) = Trie::utf8_second(lead) else {
+            continue;
+        };
+        let mut ranges = vec![second];
+        ranges.resize(k, (0x80, 0xbf));
+        if !rest(g, t, f(t, lead), &ranges) {
+            fail |= bit;
+        }
+    }
+    all & !fail
+}
+
 /// Whole token masks by the sorted stack hashes of a parse state.
 type MaskCache = HashMap<Box<[u128]>, Box<[u32]>>;
 
@@ -486,6 +555,8 @@ pub(crate) struct Index {
     /// Masks of a lone frame below a depth-1 trie node, by (state, node).
     below: Mutex<HashMap<(u32, u32), Arc<StateMasks>>>,
     cached_bytes: AtomicUsize,
+    /// [`loop_groups`] per state (all 0 when subtree skips are off, for tests).
+    loops: Vec<u64>,
 }
 
 #[inline]
@@ -499,7 +570,11 @@ impl Index {
             .map(|_| OnceLock::new())
             .collect();
         let words = crate::mask::words_for(vocab.len());
+        let loops = (0..grammar.state_count() as u32)
+            .map(|t| loop_groups(&grammar, t))
+            .collect();
         Index {
+            loops,
             grammar,
             vocab,
             words,
@@ -512,6 +587,13 @@ impl Index {
 
     pub(crate) fn grammar(&self) -> &Grammar {
         &self.grammar
+    }
+
+    /// Turns the subtree skips off: every walk visits each live node (tests compare both).
+    #[cfg(test)]
+    fn without_skips(mut self) -> Self {
+        self.loops.fill(0);
+        self
     }
 
     /// Reserves `bytes` of the mask cache budget; false when it is spent.
@@ -622,6 +704,7 @@ impl Index {
                 walker
                     .walk(
                         g,
+                        &self.loops,
                         trie,
                         &[],
                         Some(n as usize),
@@ -640,6 +723,7 @@ impl Index {
                 walker
                     .walk(
                         g,
+                        &self.loops,
                         trie,
                         &[],
                         Some(n),
@@ -672,6 +756,7 @@ impl Index {
                             walker
                                 .walk(
                                     g,
+                                    &self.loops,
                                     trie,
                                     &[],
                                     Some(i),
@@ -799,6 +884,7 @@ impl Index {
             walker.temp.clear();
             walker.walk(
                 &self.grammar,
+                &self.loops,
                 trie,
                 &parse.frames,
                 Some(n as usize),
@@ -849,7 +935,8 @@ impl Walker {
     fn walk(
         &mut self,
         g: &Grammar,
-        trie: &crate::vocab::Trie,
+        loops: &[u64],
+        trie: &Trie,
         base: &[Frame],
         root: Option<usize>,
         heads: &[u32],
@@ -893,6 +980,34 @@ impl Walker {
         if let (Some(n), Some((follow, list))) = (root, exits.as_mut()) {
             if acc(&levels[0], top) && trie.any_child(n, |b| follow.contains(b)) {
                 list.push(n as u32);
+            }
+        }
+        // A subtree is taken whole when a head loops on all its characters (`loop_groups`):
+        // 262k-token masks of string and identifier loops then visit a few percent of the
+        // nodes (json's worst cold mask 5.3 -> ~1 ms).
+        let follow_groups = exits.as_ref().map_or(0, |(follow, _)| groups(follow));
+        let skip = |fr: &Frames, lv: &Level, t: u32, pool: &[u32], sub: u64| -> bool {
+            if t != NONE {
+                return loops[t as usize] & sub == sub;
+            }
+            let heads = &pool[lv.start..lv.end];
+            heads.len() <= 8
+                && heads
+                    .iter()
+                    .any(|&h| loops[fr.get(h).state as usize] & sub == sub)
+        };
+        let take = |i: usize, out: &mut [u32]| {
+            #[cfg(test)]
+            SKIPS.fetch_add(1, Ordering::Relaxed);
+            for &tok in trie.subtree_tokens(i) {
+                set_bit(out, tok);
+            }
+        };
+        if let Some(n) = root {
+            if skip(&fr, &levels[0], top, pool, trie.below(n)) {
+                work.tick(1)?;
+                take(n, out);
+                return Ok(());
             }
         }
         while i < end {
@@ -965,14 +1080,226 @@ impl Walker {
             }
             if i + 1 < next {
                 if let Some((follow, list)) = exits.as_mut() {
-                    if acc(&levels[at[d]], new_top) && trie.any_child(i, |b| follow.contains(b)) {
+                    // No child can be in `follow` when no character group below is: skips
+                    // scanning the children of every node of an accepting loop (an identifier).
+                    let below = trie.below(i);
+                    if acc(&levels[at[d]], new_top)
+                        && (below & Trie::GROUP_BAD != 0 || below & follow_groups != 0)
+                        && trie.any_child(i, |b| follow.contains(b))
+                    {
                         list.push(i as u32);
                     }
                 }
                 tops[d] = new_top;
+                let li = at[d];
+                if skip(&fr, &levels[li], new_top, pool, trie.below(i)) {
+                    work.tick(1)?;
+                    take(i, out);
+                    i = next;
+                    continue;
+                }
             }
             i += 1;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::TokenKind;
+
+    /// Tokens glued from pieces that stress the subtree skips: loop bytes, bytes that end a
+    /// loop (`"`, `\`, newline, `(`), 2-, 3- and 4-byte characters, split characters and
+    /// invalid UTF-8; with every single byte, so every text can be spelled.
+    fn vocab() -> Arc<Vocabulary> {
+        const PIECES: &[&[u8]] = &[
+            b"a",
+            b"b",
+            b"z",
+            b"Q",
+            b"_",
+            b"7",
+            b"0",
+            b" ",
+            b"  ",
+            b"\n",
+            b"\t",
+            b"\"",
+            b"\\",
+            b"\\n",
+            b"(",
+            b")",
+            b",",
+            b";",
+            b"=",
+            b"{",
+            b"}",
+            b"-",
+            b"- ",
+            b"x",
+            b"ab",
+            "é".as_bytes(),
+            "こ".as_bytes(),
+            "ん".as_bytes(),
+            "😀".as_bytes(),
+            "\u{2028}".as_bytes(),
+            "\u{85}".as_bytes(),
+            &[0xe3],
+            &[0xe3, 0x81],
+            &[0x81],
+            &[0xff],
+            &[0xed, 0xa0],
+            &[0xf0, 0x9f],
+            &[0x7f],
+            &[0x0b],
+        ];
+        let mut tokens: Vec<(Vec<u8>, TokenKind)> =
+            (0..=255u8).map(|b| (vec![b], TokenKind::Text)).collect();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..4000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut t = Vec::new();
+            for k in 0..1 + (x % 6) {
+                let p = PIECES[((x >> (8 * k + 3)) % PIECES.len() as u64) as usize];
+                // Mostly one piece repeated, so many subtrees loop on one character group.
+                let p = if (x >> 50) % 3 == 0 {
+                    PIECES[(x % 7) as usize]
+                } else {
+                    p
+                };
+                t.extend_from_slice(p);
+            }
+            tokens.push((t, TokenKind::Text));
+        }
+        let eos = tokens.len() as TokenId;
+        tokens.push((b"</s>".to_vec(), TokenKind::Special));
+        Arc::new(Vocabulary::from_tokens(tokens, vec![eos]).unwrap())
+    }
+
+    fn check(grammar: &str, texts: &[&str]) {
+        let vocab = vocab();
+        let g = Grammar::new(grammar).unwrap();
+        let fast = Index::new(g.clone(), vocab.clone());
+        let slow = Index::new(g.clone(), vocab.clone()).without_skips();
+        assert!(fast.loops.iter().any(|&l| l != 0), "some state loops");
+        let words = crate::mask::words_for(vocab.len());
+        let (mut a, mut b) = (vec![0u32; words], vec![0u32; words]);
+        let skips = SKIPS.load(Ordering::Relaxed);
+        for text in texts {
+            let mut parse = Parse::new(&g);
+            for (k, &byte) in text.as_bytes().iter().enumerate() {
+                fast.fill(&parse, &mut a).unwrap();
+                slow.fill(&parse, &mut b).unwrap();
+                assert_eq!(a, b, "{text:?} after {k} bytes");
+                // And the brute force: a token is allowed iff its bytes keep the parse alive.
+                for t in 0..vocab.len() as TokenId {
+                    let bytes = vocab.bytes(t);
+                    if !vocab.is_text(t) || bytes.is_empty() {
+                        continue;
+                    }
+                    let ok = parse.accepts(&g, bytes, &mut Work::unlimited()).unwrap();
+                    let bit = a[t as usize / 32] >> (t % 32) & 1 == 1;
+                    assert_eq!(bit, ok, "{text:?} after {k} bytes, token {bytes:?}");
+                }
+                assert!(parse.advance(&g, &[byte], &mut Work::unlimited()).unwrap());
+            }
+        }
+        assert!(
+            SKIPS.load(Ordering::Relaxed) > skips,
+            "some subtree was skipped"
+        );
+    }
+
+    #[test]
+    fn subtree_skips_give_the_same_masks() {
+        check(
+            include_str!("../../tests/data/grammars/json.gbnf"),
+            &["{\"a\": [\"x\\\"é\", \"こん😀\"], \"b\": -1.5}"],
+        );
+        check(
+            include_str!("../../tests/data/grammars/c_like.gbnf"),
+            &["int f(int a_1) {\n  x = f(a_1) + 2;\n}\n"],
+        );
+        check(
+            "root ::= (ident \"(\" ident \")\" \";\" [ \\n]*)+\nident ::= [a-zA-Z_] [a-zA-Z0-9_]*",
+            &["ab(Q_7);\nx(y);"],
+        );
+        check(
+            "root ::= item+\nitem ::= \"- \" [^\\r\\n\\x0b\\x0c\\x85\\u2028\\u2029]+ \"\\n\"",
+            &["- aé こ😀 \"x\"\n- b\n"],
+        );
+        check(
+            "root ::= \"say \\\"\" [^\"\\n]* \"\\\"\" | [a-z]+ \" \"? [^a]*",
+            &["say \"hé こ\"", "ab zz\"é\\"],
+        );
+        // Ambiguous loops in a called (recursive, so not inlined) rule: the caller takes the
+        // loop's own bytes next (`below`, exits).
+        check(
+            "root ::= \"(\" w \"b\" w \")\" (w [a-z] \";\")*\nw ::= [ a-zé]* (\"[\" w \"]\")?",
+            &["(aab b)x;é b;", "(b[ab]b)ab;"],
+        );
+    }
+}
+
+#[cfg(test)]
+mod bench {
+    use super::*;
+
+    /// Cold masks (fresh index, least of 15) after each byte of three bench texts on the Gemma
+    /// vocabulary, steadier than `scripts/bench_grammar.sh` on a shared machine:
+    /// `POOT_GEMMA_GGUF=... cargo test --release --lib cold_masks -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn cold_masks_at_262k() {
+        let path = std::env::var("POOT_GEMMA_GGUF").unwrap();
+        let vocab = Arc::new(Vocabulary::from_gguf_bytes(&std::fs::read(path).unwrap()).unwrap());
+        let words = crate::mask::words_for(vocab.len());
+        let mut out = vec![0u32; words];
+        for (file, text) in [
+            (
+                include_str!("../../tests/data/grammars/c_like.gbnf"),
+                "int main(int argc, char argv) {\n  int x = 10;\n  while (x > 0) {",
+            ),
+            (
+                include_str!("../../tests/data/grammars/json.gbnf"),
+                "{\"name\": \"Bel Ortiz\", \"age\": 42, \"tags\": [\"fire\"",
+            ),
+            (
+                include_str!("../../tests/data/grammars/arithmetic.gbnf"),
+                "x = 3\ny = x * (2 + 4.5)\nz = f(x, y)",
+            ),
+        ] {
+            let g = Grammar::new(file).unwrap();
+            let mut worst = (0.0f64, 0);
+            let mut total = 0.0;
+            for k in 0..text.len() {
+                let mut best = f64::MAX;
+                for _ in 0..15 {
+                    let index = Index::new(g.clone(), vocab.clone());
+                    let mut parse = Parse::new(&g);
+                    assert!(parse
+                        .advance(&g, &text.as_bytes()[..k], &mut Work::unlimited())
+                        .unwrap());
+                    let t0 = std::time::Instant::now();
+                    index.fill(&parse, &mut out).unwrap();
+                    best = best.min(t0.elapsed().as_secs_f64() * 1e6);
+                }
+                total += best;
+                if best > worst.0 {
+                    worst = (best, k);
+                }
+            }
+            eprintln!(
+                "worst {:.0} us at byte {} ({:?}); sum {:.0} us",
+                worst.0,
+                worst.1,
+                &text[..worst.1],
+                total
+            );
+        }
     }
 }
