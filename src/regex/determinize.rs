@@ -218,15 +218,8 @@ pub(super) fn determinize(
     work_limit: usize,
 ) -> Result<Table, Refusal> {
     debug_assert!(nfa.look_set_any().is_empty());
-    let byte_classes = nfa.byte_classes();
-    let stride = byte_classes.alphabet_len() - 1; // without the end-of-input class
-    let mut classes = [0u8; 256];
-    let mut reps = vec![0u8; stride];
-    for b in (0..=255u8).rev() {
-        let c = byte_classes.get(b);
-        classes[b as usize] = c;
-        reps[c as usize] = b;
-    }
+    let (classes, reps) = super::class_table(nfa.byte_classes());
+    let stride = reps.len();
 
     let mut seen = SparseSet::new(nfa.states().len());
     let mut stack = Vec::new();

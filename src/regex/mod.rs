@@ -67,6 +67,21 @@ impl std::fmt::Debug for Dfa {
     }
 }
 
+/// Byte classes as our tables use them, from regex-automata's: the class of each byte, and
+/// each class's lowest byte (one per class, without the end-of-input class).
+pub(super) fn class_table(
+    byte_classes: &regex_automata::util::alphabet::ByteClasses,
+) -> ([u8; 256], Vec<u8>) {
+    let mut classes = [0u8; 256];
+    let mut reps = vec![0u8; byte_classes.alphabet_len() - 1];
+    for b in (0..=255u8).rev() {
+        let c = byte_classes.get(b);
+        classes[b as usize] = c;
+        reps[c as usize] = b;
+    }
+    (classes, reps)
+}
+
 /// Quotes user input for an error message, shortened to [`ERROR_QUOTE_CHARS`] characters.
 pub(crate) fn quote(text: &str) -> String {
     if text.chars().count() <= ERROR_QUOTE_CHARS {
@@ -93,6 +108,12 @@ impl Dfa {
 
     /// Compiles `pattern` for the request field `field`, naming the input as `shown`.
     pub(crate) fn build(pattern: &str, field: &str, shown: &str) -> Result<Self> {
+        let nfa = Self::nfa(pattern, field, shown)?;
+        Self::from_nfa(&nfa, field, shown)
+    }
+
+    /// Parses `pattern` and builds its Thompson NFA under the nesting and size bounds.
+    fn nfa(pattern: &str, field: &str, shown: &str) -> Result<thompson::NFA> {
         let err_param = |e: Error| e.with_param(field);
         let too_big = || {
             err_param(Error::limit_exceeded(format!(
@@ -104,7 +125,7 @@ impl Dfa {
             .build()
             .parse(pattern)
             .map_err(|e| err_param(syntax_error(field, shown, e)))?;
-        let nfa = thompson::Compiler::new()
+        thompson::Compiler::new()
             .configure(
                 thompson::Config::new()
                     .nfa_size_limit(Some(AUTOMATON_BYTES))
@@ -121,8 +142,7 @@ impl Dfa {
                     )))
                     .with_source(e)
                 }
-            })?;
-        Self::from_nfa(&nfa, field, shown)
+            })
     }
 
     /// Determinizes a Thompson NFA built elsewhere (the `guided_json` compiler builds its NFA
@@ -211,15 +231,8 @@ impl Dfa {
 
     /// Copies the reachable part of a dense DFA into a raw table for [`Self::compact`].
     fn from_dense(dfa: &dense::DFA<Vec<u32>>) -> std::result::Result<Self, String> {
-        let byte_classes = dfa.byte_classes();
-        let stride = byte_classes.alphabet_len() - 1; // without the end-of-input class
-        let mut classes = [0u8; 256];
-        let mut reps = vec![0u8; stride];
-        for b in (0..=255u8).rev() {
-            let c = byte_classes.get(b);
-            classes[b as usize] = c;
-            reps[c as usize] = b;
-        }
+        let (classes, reps) = class_table(dfa.byte_classes());
+        let stride = reps.len();
         let start = dfa
             .start_state(&start::Config::new().anchored(Anchored::Yes))
             .map_err(|e| format!("has no anchored start state: {e}"))?;

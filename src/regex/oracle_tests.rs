@@ -6,20 +6,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 fn nfa_of(pattern: &str) -> thompson::NFA {
-    let hir = regex_syntax::ParserBuilder::new()
-        .nest_limit(MAX_REGEX_NESTING)
-        .build()
-        .parse(pattern)
-        .unwrap_or_else(|e| panic!("{pattern}: {e}"));
-    thompson::Compiler::new()
-        .configure(
-            thompson::Config::new()
-                .nfa_size_limit(Some(AUTOMATON_BYTES))
-                .which_captures(thompson::WhichCaptures::None)
-                .shrink(false),
-        )
-        .build_from_hir(&hir)
-        .unwrap_or_else(|e| panic!("{pattern}: {e}"))
+    Dfa::nfa(pattern, "guided_regex", "`p`").unwrap_or_else(|e| panic!("{pattern}: {e}"))
 }
 
 /// Walks both automata in lockstep over every byte from their starts, so every string (not
