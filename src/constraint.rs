@@ -85,7 +85,7 @@ pub enum Spec {
 pub enum Compiled {
     /// A byte DFA (choice, regex, JSON Schema).
     Dfa(Dfa),
-    /// A GBNF grammar's pushdown automaton.
+    /// A GBNF grammar's pushdown automaton (also a JSON Schema too large for a DFA).
     Grammar(Grammar),
     /// The JSON value acceptor (nothing to compile).
     JsonValue,
@@ -202,9 +202,9 @@ impl Spec {
         match self {
             Spec::Choice(choices) => choice::compile(choices).map(Compiled::Dfa),
             Spec::Regex(pattern) => Dfa::new(pattern).map(Compiled::Dfa),
-            Spec::Json { schema, field } => Ok(Compiled::Dfa(
-                JsonSchema::compile(schema, field)?.into_dfa(),
-            )),
+            Spec::Json { schema, field } => {
+                JsonSchema::compile(schema, field).map(JsonSchema::into_automaton)
+            }
             Spec::Grammar(text) => Grammar::new(text).map(Compiled::Grammar),
             Spec::JsonObject => Ok(Compiled::JsonValue),
         }

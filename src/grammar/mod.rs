@@ -252,6 +252,14 @@ impl Grammar {
         compile::compile(&ast).map_err(|e| e.into_error(text))
     }
 
+    /// Compiles a grammar this crate generated (a JSON Schema's [`gbnf`](crate::json_schema::JsonSchema::gbnf)),
+    /// whose text the caller has already bounded; `None` names the reason when it passes
+    /// [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES) or fails to compile.
+    pub(crate) fn from_generated(text: &str) -> std::result::Result<Self, String> {
+        let ast = parse::parse(text).map_err(|e| e.message)?;
+        compile::compile(&ast).map_err(|e| e.message)
+    }
+
     /// Number of DFA states over all rules.
     pub fn state_count(&self) -> usize {
         self.accepting.len()

@@ -1,5 +1,6 @@
 //! `guided_json` and `response_format` `json_schema`: a JSON Schema compiled to a regular
-//! language, then to the same byte DFA and token masks as `guided_regex`.
+//! language, then to the same byte DFA and token masks as `guided_regex` (or, past the DFA's
+//! bound, to the same language as a grammar: see Bounds).
 //!
 //! # Supported keywords
 //!
@@ -85,14 +86,21 @@
 //!
 //! The schema text is at most [`MAX_SCHEMA_BYTES`]; inlining may visit at most
 //! [`MAX_SCHEMA_EXPANSION`] subschemas; the regex text at most [`MAX_SCHEMA_REGEX_BYTES`];
-//! the automaton is built under [`AUTOMATON_BYTES`], like `guided_regex`.
+//! the automaton is built under [`AUTOMATON_BYTES`], like `guided_regex`. A schema whose
+//! DFA would pass that bound (many optional properties, free-form values, nested arrays of
+//! objects: the DFA holds every combination at once) runs instead as the pushdown grammar
+//! of [`JsonSchema::gbnf`], the same language, on the `guided_grammar` engine under
+//! [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES) and its per-step
+//! work budget; [`JsonSchema::automaton`] says which. Only a schema past both is a 400.
 
 mod judge;
 mod node;
 mod number;
 mod string;
 
+use crate::constraint::Compiled;
 use crate::error::{Error, Result};
+use crate::grammar::Grammar;
 use crate::limits::{
     AUTOMATON_BYTES, FREE_FORM_DEPTH, MAX_SCHEMA_BYTES, MAX_SCHEMA_EXPANSION,
     MAX_SCHEMA_REGEX_BYTES,
@@ -117,7 +125,7 @@ use std::collections::BTreeSet;
 ///     "required": ["name", "class"]
 /// });
 /// let compiled = poot::json_schema::JsonSchema::compile(&schema, "guided_json").unwrap();
-/// let dfa = compiled.dfa();
+/// let dfa = compiled.dfa().expect("a small schema compiles to a DFA");
 /// assert!(dfa.matches(br#"{"age":42,"class":"mage","name":"Bel"}"#));
 /// assert!(dfa.matches(br#"{"class": "rogue", "name": "x"}"#));
 /// assert!(!dfa.matches(br#"{"age":121,"class":"mage","name":"Bel"}"#));
@@ -128,7 +136,7 @@ use std::collections::BTreeSet;
 pub struct JsonSchema {
     node: Node,
     regex: String,
-    dfa: Dfa,
+    automaton: Compiled,
     free_form_depth: Option<u32>,
 }
 
@@ -161,11 +169,11 @@ impl JsonSchema {
             let free_form = c.any_cache.iter().any(Option::is_some);
             let retry = free_form && depth > 1;
             match Self::build(node, field, &shown) {
-                Ok((node, regex, dfa)) => {
+                Ok((node, regex, automaton)) => {
                     return Ok(JsonSchema {
                         node,
                         regex,
-                        dfa,
+                        automaton,
                         free_form_depth: free_form.then_some(depth),
                     })
                 }
@@ -175,7 +183,13 @@ impl JsonSchema {
         }
     }
 
-    fn build(node: Node, field: &str, shown: &str) -> Result<(Node, String, Dfa)> {
+    /// The regex (bounded), then the automaton: a DFA when it fits [`AUTOMATON_BYTES`], else
+    /// the same language as a pushdown grammar ([`Node::to_gbnf`]) under
+    /// [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES). A DFA must hold every combination of an object's
+    /// optional keys and nested states at once (a schema with a few dozen properties and
+    /// free-form values needs thousands of states over 40-90 byte classes), while the grammar
+    /// keeps one small DFA per property and nests them on its stack.
+    fn build(node: Node, field: &str, shown: &str) -> Result<(Node, String, Compiled)> {
         if node == Node::Nothing {
             return Err(Error::invalid_input(format!(
                 "{field} {shown} allows no value the compiler can emit"
@@ -188,15 +202,36 @@ impl JsonSchema {
             ))
             .with_param(field)
         })?;
-        let nfa = node.to_nfa(AUTOMATON_BYTES).map_err(|e| {
-            Error::limit_exceeded(format!(
-                "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit"
+        let dfa_error = match node
+            .to_nfa(AUTOMATON_BYTES)
+            .map_err(|e| {
+                Error::limit_exceeded(format!(
+                    "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit"
+                ))
+                .with_param(field)
+                .with_source(e)
+            })
+            .and_then(|nfa| Dfa::from_nfa(&nfa, field, shown))
+        {
+            Ok(dfa) => return Ok((node, regex, Compiled::Dfa(dfa))),
+            Err(e) if e.is_limit_exceeded() => e,
+            Err(e) => return Err(e),
+        };
+        // The grammar's text is no longer than the regex's (each item once, as a rule), but
+        // it is generated, so bound it here too rather than trust that.
+        let gbnf = node.to_gbnf();
+        if gbnf.len() > MAX_SCHEMA_REGEX_BYTES {
+            return Err(dfa_error);
+        }
+        match Grammar::from_generated(&gbnf) {
+            Ok(grammar) => Ok((node, regex, Compiled::Grammar(grammar))),
+            Err(why) => Err(Error::limit_exceeded(format!(
+                "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit as a \
+                 DFA, and as a grammar it {why}"
             ))
             .with_param(field)
-            .with_source(e)
-        })?;
-        let dfa = Dfa::from_nfa(&nfa, field, shown)?;
-        Ok((node, regex, dfa))
+            .with_source(dfa_error)),
+        }
     }
 
     /// The compiled regex (regex-syntax text; the whole output must match it).
@@ -210,14 +245,23 @@ impl JsonSchema {
         self.node.to_gbnf()
     }
 
-    /// The automaton, built under the same bounds as a `guided_regex`.
-    pub fn dfa(&self) -> &Dfa {
-        &self.dfa
+    /// The automaton: a DFA built under the same bounds as a `guided_regex`, or, for a
+    /// schema whose DFA would pass them, the pushdown grammar of [`JsonSchema::gbnf`].
+    pub fn automaton(&self) -> &Compiled {
+        &self.automaton
+    }
+
+    /// The DFA, when the schema compiled to one (see [`JsonSchema::automaton`]).
+    pub fn dfa(&self) -> Option<&Dfa> {
+        match &self.automaton {
+            Compiled::Dfa(dfa) => Some(dfa),
+            _ => None,
+        }
     }
 
     /// The automaton, by value.
-    pub fn into_dfa(self) -> Dfa {
-        self.dfa
+    pub fn into_automaton(self) -> Compiled {
+        self.automaton
     }
 
     /// How deeply free-form values may nest in this schema's output
@@ -1993,7 +2037,7 @@ mod tests {
         let c = compile(
             json!({"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"string"}},"required":["b"]}),
         );
-        let d = c.dfa();
+        let d = c.dfa().expect("a DFA");
         for ok in [r#"{"b":1}"#, r#"{"a":"x","b":-2}"#, r#"{"a": "x", "b": 3}"#] {
             assert!(d.matches(ok.as_bytes()) && c.matches(ok.as_bytes()), "{ok}");
         }

@@ -520,6 +520,7 @@ impl Node {
     /// Renders a GBNF grammar whose `root` rule accepts exactly this language.
     pub(crate) fn to_gbnf(&self) -> String {
         let mut g = Gbnf::default();
+        count_subtrees(self, &mut g.counts);
         let root = g.expr(self);
         let mut out = format!("root ::= {root}\n");
         for (name, body) in &g.rules {
@@ -771,14 +772,60 @@ fn nfa_node(b: &mut Builder, n: &Node) -> Result<Frag, Box<thompson::BuildError>
     }
 }
 
-/// GBNF rendering state: hoisted rules, deduplicated by content.
-#[derive(Default)]
-struct Gbnf {
-    rules: Vec<(String, String)>,
-    names: HashMap<String, String>,
+/// A subexpression that occurs more than once is written once, as a rule, when its text is
+/// at least this long: "any key but the listed ones" repeats the string tail after every
+/// branch of its trie (100+ copies for six names), and a free-form value repeats in every
+/// property that takes one, so a grammar engine (or llama.cpp) would otherwise build each
+/// copy's states again. Shorter texts stay inline, where they cost less than a rule call.
+const GBNF_SHARED_MIN_BYTES: usize = 48;
+
+/// A counted repetition with a larger upper bound is written as nested blocks of
+/// [`GBNF_BLOCK`] repetitions ([`Gbnf::repeat`]), so no rule holds more than this many copies
+/// of its item: `maxLength: 32767` becomes four levels of blocks instead of 32,767 copies of
+/// a string character (past llama.cpp's limit of 2000, ours of
+/// [`MAX_GRAMMAR_REPETITION`](crate::limits::MAX_GRAMMAR_REPETITION), and 1 MiB of
+/// automaton).
+const GBNF_BLOCKED_REPEAT: u32 = 64;
+
+/// Items per block in a long counted repetition.
+const GBNF_BLOCK: u32 = 16;
+
+/// Counts every composite subtree of `n` (how often each value occurs in the tree).
+fn count_subtrees<'a>(n: &'a Node, counts: &mut HashMap<&'a Node, usize>) {
+    let children: Vec<&Node> = match n {
+        Node::Empty | Node::Nothing | Node::Lit(_) | Node::Class(_) => return,
+        Node::Concat(items) | Node::Alt(items) => items.iter().collect(),
+        Node::Repeat(item, ..) => vec![item],
+        Node::Seq { items, sep, .. } => {
+            let mut v: Vec<&Node> = items.iter().map(|(i, _)| i).collect();
+            v.push(sep);
+            v
+        }
+        Node::List { item, sep, .. } => vec![item, sep],
+    };
+    let seen = counts.entry(n).or_insert(0);
+    *seen += 1;
+    // A repeated subtree's children were counted on its first visit: counting them again
+    // would only hoist parts of what is already one rule.
+    if *seen == 1 {
+        for c in children {
+            count_subtrees(c, counts);
+        }
+    }
 }
 
-impl Gbnf {
+/// GBNF rendering state: hoisted rules, deduplicated by content.
+#[derive(Default)]
+struct Gbnf<'a> {
+    rules: Vec<(String, String)>,
+    names: HashMap<String, String>,
+    /// How often each composite subtree occurs ([`count_subtrees`]).
+    counts: HashMap<&'a Node, usize>,
+    /// Rendered texts of subtrees that occur more than once.
+    shared: HashMap<&'a Node, String>,
+}
+
+impl<'a> Gbnf<'a> {
     /// A rule named after `hint` with this body (an existing one when the body repeats).
     fn rule(&mut self, hint: &str, body: String) -> String {
         if let Some(name) = self.names.get(&body) {
@@ -791,15 +838,96 @@ impl Gbnf {
     }
 
     /// An expression for `n` that can be followed by a quantifier or juxtaposed.
-    fn atom(&mut self, n: &Node) -> String {
+    fn atom(&mut self, n: &'a Node) -> String {
         let e = self.expr(n);
         match n {
             Node::Lit(_) | Node::Class(_) | Node::Empty | Node::Nothing => e,
+            _ if self.shared.get(n) == Some(&e) => e,
             _ => format!("({e})"),
         }
     }
 
-    fn expr(&mut self, n: &Node) -> String {
+    /// `n`'s expression; a subtree that occurs more than once with a long text becomes a
+    /// rule ([`GBNF_SHARED_MIN_BYTES`]), written once.
+    fn expr(&mut self, n: &'a Node) -> String {
+        if let Some(e) = self.shared.get(n) {
+            return e.clone();
+        }
+        let e = self.render(n);
+        if self.counts.get(n).is_some_and(|&c| c > 1) && e.len() >= GBNF_SHARED_MIN_BYTES {
+            let name = self.rule("shared", e);
+            self.shared.insert(n, name.clone());
+            return name;
+        }
+        e
+    }
+
+    /// `item{min,max}`; past [`GBNF_BLOCKED_REPEAT`], nested blocks of
+    /// [`GBNF_BLOCK`] (see [`Gbnf::repeat`]).
+    fn counted(&mut self, item: &'a Node, min: u32, max: Option<u32>) -> String {
+        let mut a = self.atom(item);
+        if max.unwrap_or(min) > GBNF_BLOCKED_REPEAT && a.len() >= GBNF_SHARED_MIN_BYTES {
+            // Every block copies the item: one rule instead of `GBNF_BLOCK` texts.
+            a = self.rule("repeated", a);
+        }
+        self.repeat(&a, min, max)
+    }
+
+    /// `a{min,max}` for an atom `a`, written so that no rule holds more than
+    /// [`GBNF_BLOCKED_REPEAT`] copies of its item: `block ::= a{16}`, then `min` is
+    /// `block{min / 16} a{min % 16}` and up to `r = 16 q + t` more are "fewer than `q`
+    /// blocks, then fewer than 16 items" or "`q` blocks, then at most `t`" — each part again
+    /// a repetition, of blocks. Each count has one split, so at most one wrong guess per
+    /// nesting level is alive at a time (it dies within one block).
+    fn repeat(&mut self, a: &str, min: u32, max: Option<u32>) -> String {
+        if max.unwrap_or(min) <= GBNF_BLOCKED_REPEAT {
+            return match (min, max) {
+                (_, Some(0)) => "\"\"".into(),
+                _ => format!("{a}{}", quantifier(min, max)),
+            };
+        }
+        let k = GBNF_BLOCK;
+        let block = self.rule("block", format!("{a}{{{k}}}"));
+        let mut parts = Vec::new();
+        for (x, lo, hi) in [
+            (&block, min / k, Some(min / k)),
+            (&a.to_owned(), min % k, Some(min % k)),
+        ] {
+            if hi != Some(0) {
+                parts.push(self.repeat(x, lo, hi));
+            }
+        }
+        match max {
+            None => parts.push(format!("{a}*")),
+            Some(max) if max == min => {}
+            Some(max) => {
+                let r = max - min;
+                let (q, t) = (r / k, r % k);
+                let mut alts = Vec::new();
+                if q > 0 {
+                    let below = [
+                        self.repeat(&block, 0, Some(q - 1)),
+                        format!("{a}{}", quantifier(0, Some(k - 1))),
+                    ];
+                    alts.push(below.join(" "));
+                }
+                let mut top = vec![self.repeat(&block, q, Some(q))];
+                if t > 0 {
+                    top.push(format!("{a}{}", quantifier(0, Some(t))));
+                }
+                alts.push(top.join(" "));
+                let body = alts.join(" | ");
+                parts.push(self.rule("upto", body));
+            }
+        }
+        match parts.len() {
+            0 => "\"\"".into(),
+            1 => parts.pop().expect("one part"),
+            _ => parts.join(" "),
+        }
+    }
+
+    fn render(&mut self, n: &'a Node) -> String {
         match n {
             Node::Empty => "\"\"".into(),
             Node::Nothing => r"[^\x00-\U0010FFFF]".into(),
@@ -815,10 +943,7 @@ impl Gbnf {
                 .map(|i| self.expr(i))
                 .collect::<Vec<_>>()
                 .join(" | "),
-            Node::Repeat(item, min, max) => {
-                let a = self.atom(item);
-                format!("{a}{}", quantifier(*min, *max))
-            }
+            Node::Repeat(item, min, max) => self.counted(item, *min, *max),
             Node::Seq {
                 items,
                 sep,
@@ -884,9 +1009,10 @@ impl Gbnf {
                     self.rule("item", body)
                 };
                 let sep = self.atom(sep);
-                let rest = format!(
-                    "({sep} {it}){}",
-                    quantifier(min.saturating_sub(1), max.map(|m| m - 1))
+                let rest = self.repeat(
+                    &format!("({sep} {it})"),
+                    min.saturating_sub(1),
+                    max.map(|m| m - 1),
                 );
                 if *min == 0 {
                     format!("({it} {rest})?")
@@ -995,6 +1121,89 @@ mod tests {
                 assert_eq!(r.matches(s.as_bytes()), want, "{min} {max:?} {s}");
                 assert_eq!(n.matches(s.as_bytes()), want, "{min} {max:?} {s}");
             }
+        }
+    }
+
+    /// The blocked form of a long counted repetition (and every shortcut around it) accepts
+    /// exactly the counts in range: brute force over every length up to past the bound.
+    #[test]
+    fn long_counted_repetitions_in_gbnf_keep_their_exact_counts() {
+        let x = Node::class(vec![('a', 'b')]);
+        let cases = [
+            (0, Some(257)),
+            (0, Some(300)),
+            (3, Some(300)),
+            (257, Some(257)),
+            (260, Some(290)),
+            (0, Some(289)),
+            (289, None),
+            (1, Some(1000)),
+            (5, Some(4500)),
+            (0, Some(9000)),
+            (3000, None),
+        ];
+        for (min, max) in cases {
+            let n = Node::Repeat(Box::new(x.clone()), min, max);
+            let text = n.to_gbnf();
+            assert!(text.contains("block"), "{min} {max:?}: {text}");
+            let g = crate::grammar::Grammar::new(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            // Every length up to 300, and the 50 around each bound.
+            let ends = [min, max.unwrap_or(min)];
+            let lengths =
+                (0..=300).chain(ends.into_iter().flat_map(|e| e.saturating_sub(25)..e + 25));
+            for len in lengths {
+                let s: String = (0..len)
+                    .map(|i| if i % 3 == 0 { 'b' } else { 'a' })
+                    .collect();
+                let want = len >= min && max.is_none_or(|m| len <= m);
+                assert_eq!(
+                    g.matches(s.as_bytes()),
+                    want,
+                    "{min} {max:?} length {len}: {text}"
+                );
+            }
+        }
+    }
+
+    /// A subtree used twice is one rule, and the grammar still means the same.
+    #[test]
+    fn repeated_subtrees_become_one_gbnf_rule() {
+        let tail = Node::repeat(
+            Node::class(vec![('a', 'z'), ('0', '9'), ('_', '_')]),
+            0,
+            None,
+        );
+        let long = Node::concat(vec![
+            Node::lit("\"prefix-that-is-long-enough-"),
+            tail.clone(),
+            Node::lit("\""),
+        ]);
+        let n = Node::alt(vec![
+            Node::repeat(long.clone(), 1, Some(2)),
+            Node::concat(vec![Node::lit("y"), Node::repeat(long.clone(), 2, Some(3))]),
+        ]);
+        let text = n.to_gbnf();
+        assert_eq!(
+            text.matches("prefix-that-is-long-enough").count(),
+            1,
+            "{text}"
+        );
+        let g = crate::grammar::Grammar::new(&text).unwrap();
+        let d = dfa(&n);
+        let one = "\"prefix-that-is-long-enough-ab_9\"";
+        let two = "\"prefix-that-is-long-enough-\"\"prefix-that-is-long-enough-x\"";
+        let texts = [
+            one.to_owned(),
+            format!("y{two}"),
+            format!("y{one}"),
+            format!("{two}{one}"),
+            format!("y{two}{two}"),
+            format!("{one}A"),
+        ];
+        for (i, s) in texts.iter().enumerate() {
+            // The first two are in the language, the others not.
+            assert_eq!(d.matches(s.as_bytes()), i < 2, "{s}");
+            assert_eq!(g.matches(s.as_bytes()), i < 2, "{s}");
         }
     }
 

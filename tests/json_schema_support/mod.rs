@@ -1,13 +1,17 @@
 //! Shared by the `json_schema_*` tests: the corpora, per-file outcomes, golden files, random
-//! walks through a DFA, and the independent validator (the `jsonschema` crate).
+//! walks through a schema's automaton (a DFA, or the grammar of a schema too large for one),
+//! and the independent validator (the `jsonschema` crate).
 #![allow(dead_code)]
 
+use poot::constraint::{Compiled, Constraint, Matcher};
 use poot::json_schema::{canonical_json, JsonSchema};
 use poot::regex::{Dfa, DEAD};
+use poot::vocab::Vocabulary;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/json_schema")
@@ -93,11 +97,9 @@ pub fn short(message: &str) -> String {
     message.to_owned()
 }
 
-/// Compiles a schema and its automaton.
-pub fn compile(schema: &Value) -> Result<(JsonSchema, Dfa), poot::Error> {
-    let c = JsonSchema::compile(schema, "guided_json")?;
-    let d = c.dfa().clone();
-    Ok((c, d))
+/// Compiles a schema as `guided_json`.
+pub fn compile(schema: &Value) -> Result<JsonSchema, poot::Error> {
+    JsonSchema::compile(schema, "guided_json")
 }
 
 /// Checks `tests` (`{"data", "valid"}`) in canonical form against a compiled schema. An
@@ -105,7 +107,7 @@ pub fn compile(schema: &Value) -> Result<(JsonSchema, Dfa), poot::Error> {
 /// tells `1.0` from `1`, which the canonical form merges) is skipped; returns the outcome and
 /// how many were skipped.
 pub fn check_instances(
-    dfa: &Dfa,
+    automaton: &Compiled,
     tests: &[Value],
     validator: Option<&jsonschema::Validator>,
 ) -> (Outcome, usize) {
@@ -122,7 +124,7 @@ pub fn check_instances(
                 continue;
             }
         }
-        match (valid, dfa.matches(text.as_bytes())) {
+        match (valid, automaton.matches(text.as_bytes())) {
             (true, false) => rejects.push(i),
             (false, true) => accepts.push(i),
             _ => {}
@@ -162,11 +164,67 @@ impl Rng {
     }
 }
 
+/// Random walks through a schema's automaton, each ending in a complete output (see
+/// [`dfa_walks`] and [`grammar_walks`]).
+pub fn random_walks(automaton: &Compiled, n: usize, seed: u64, budget: usize) -> Vec<Vec<u8>> {
+    match automaton {
+        Compiled::Dfa(dfa) => dfa_walks(dfa, n, seed, budget),
+        Compiled::Grammar(_) => grammar_walks(automaton, n, seed, budget),
+        Compiled::JsonValue => panic!("a schema never compiles to the JSON value acceptor"),
+    }
+}
+
+/// Random walks through a grammar's token masks over a vocabulary of the 256 single bytes:
+/// each step picks a uniformly random allowed byte, or (half the time, and always after
+/// `budget` bytes) the first allowed one of `"}]0` and the letters of `true`/`false`/`null`,
+/// which close strings, objects, arrays and values; it ends with probability 1/4 where the
+/// output is complete. A grammar has no "distance to acceptance" to steer by, so a walk that
+/// is still open after `4 * budget` bytes is dropped; the caller checks how many remain.
+pub fn grammar_walks(automaton: &Compiled, n: usize, seed: u64, budget: usize) -> Vec<Vec<u8>> {
+    let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    tokens.push(b"</s>".to_vec());
+    let vocab = Arc::new(Vocabulary::new(tokens, vec![256]).expect("a byte vocabulary"));
+    let constraint = Arc::new(Constraint::from_compiled(automaton.clone(), vocab));
+    let mut rng = Rng(seed);
+    let mut mask = vec![0u32; 257usize.div_ceil(32)];
+    let mut outs = Vec::new();
+    for _ in 0..n {
+        let mut matcher = Matcher::new(constraint.clone());
+        let mut text = Vec::new();
+        loop {
+            matcher
+                .fill_mask(&mut mask)
+                .expect("a schema's grammar stays in its budget");
+            let allowed: Vec<u8> = (0..=255u8)
+                .filter(|&b| mask[usize::from(b) / 32] >> (b % 32) & 1 == 1)
+                .collect();
+            if matcher.is_accepting() && (allowed.is_empty() || rng.below(4) == 0) {
+                outs.push(text);
+                break;
+            }
+            if allowed.is_empty() || text.len() > budget * 4 {
+                break;
+            }
+            let closing = b"\"}]0truefalsn"
+                .iter()
+                .copied()
+                .find(|b| allowed.contains(b));
+            let b = match closing {
+                Some(b) if text.len() >= budget || rng.below(2) == 0 => b,
+                _ => allowed[rng.below(allowed.len())],
+            };
+            matcher.advance(u32::from(b)).expect("an allowed byte");
+            text.push(b);
+        }
+    }
+    outs
+}
+
 /// Random walks through a DFA over a byte-level vocabulary: each step picks a uniformly
 /// random live byte class (so structure, not byte counts, decides), ends with probability
 /// 1/4 where the output is complete, and after `budget` bytes steers to the nearest
 /// accepting state. Every walk ends in a complete output.
-pub fn random_walks(dfa: &Dfa, n: usize, seed: u64, budget: usize) -> Vec<Vec<u8>> {
+pub fn dfa_walks(dfa: &Dfa, n: usize, seed: u64, budget: usize) -> Vec<Vec<u8>> {
     // Explore the reachable states and their distance to acceptance.
     let mut ids: HashMap<u32, usize> = HashMap::new();
     let mut states = vec![dfa.start()];
