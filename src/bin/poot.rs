@@ -438,6 +438,7 @@ fn coverage_file(
     let mut line = json!({
         "file": shown, "status": status, "compile_ms": round(compile_ms),
         "states": constraint.state_count(),
+        "automaton": if constraint.dfa().is_some() { "dfa" } else { "grammar" },
         "p50_us": round(percentile(&sorted, 50.0)), "p99_us": round(percentile(&sorted, 99.0)),
     });
     if !accepts.is_empty() || !rejects.is_empty() {

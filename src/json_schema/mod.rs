@@ -161,48 +161,77 @@ impl JsonSchema {
         check_size(field, text.len())?;
         let shown = quote(&text);
         // Free-form values nest FREE_FORM_DEPTH levels, or one level when that is what
-        // keeps the schema inside the regex and automaton limits.
-        let mut depth = FREE_FORM_DEPTH;
-        loop {
+        // keeps the schema inside the regex and automaton limits. A DFA at either depth is
+        // preferred to a grammar (masks ~0.1 us warm, against the grammar's ~1-10 us and
+        // its slower first visits), then the grammar at either depth.
+        let mut too_big_for_a_dfa = Vec::new();
+        let mut last_error = None;
+        for depth in [FREE_FORM_DEPTH, 1] {
             let mut c = Compiler::new(schema, depth);
             let node = c.schema(schema).map_err(|e| e.into_error(field, &shown))?;
             let free_form = c.any_cache.iter().any(Option::is_some);
-            let retry = free_form && depth > 1;
-            match Self::build(node, field, &shown) {
-                Ok((node, regex, automaton)) => {
+            let free_form_depth = free_form.then_some(depth);
+            match Self::build_dfa(&node, field, &shown) {
+                Ok((regex, dfa)) => {
                     return Ok(JsonSchema {
                         node,
                         regex,
-                        automaton,
-                        free_form_depth: free_form.then_some(depth),
+                        automaton: Compiled::Dfa(dfa),
+                        free_form_depth,
                     })
                 }
-                Err(e) if retry && e.is_limit_exceeded() => depth = 1,
-                Err(e) => return Err(e),
+                Err((Some(regex), e)) => {
+                    too_big_for_a_dfa.push((node, regex, free_form_depth));
+                    last_error = Some(e);
+                }
+                Err((None, e)) if e.is_limit_exceeded() => last_error = Some(e),
+                Err((None, e)) => return Err(e),
+            }
+            if !free_form {
+                break;
             }
         }
+        for (node, regex, free_form_depth) in too_big_for_a_dfa {
+            let dfa_error = last_error.take().expect("each attempt leaves its error");
+            match Self::build_grammar(&node, field, &shown, dfa_error) {
+                Ok(grammar) => {
+                    return Ok(JsonSchema {
+                        node,
+                        regex,
+                        automaton: Compiled::Grammar(grammar),
+                        free_form_depth,
+                    })
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.expect("a failed compilation has an error"))
     }
 
-    /// The regex (bounded), then the automaton: a DFA when it fits [`AUTOMATON_BYTES`], else
-    /// the same language as a pushdown grammar ([`Node::to_gbnf`]) under
-    /// [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES). A DFA must hold every combination of an object's
-    /// optional keys and nested states at once (a schema with a few dozen properties and
-    /// free-form values needs thousands of states over 40-90 byte classes), while the grammar
-    /// keeps one small DFA per property and nests them on its stack.
-    fn build(node: Node, field: &str, shown: &str) -> Result<(Node, String, Compiled)> {
-        if node == Node::Nothing {
-            return Err(Error::invalid_input(format!(
-                "{field} {shown} allows no value the compiler can emit"
-            ))
-            .with_param(field));
+    /// The regex (bounded) and the DFA. A DFA past [`AUTOMATON_BYTES`] returns the regex
+    /// with the error, for [`JsonSchema::build_grammar`] to try.
+    fn build_dfa(
+        node: &Node,
+        field: &str,
+        shown: &str,
+    ) -> std::result::Result<(String, Dfa), (Option<String>, Error)> {
+        if *node == Node::Nothing {
+            return Err((
+                None,
+                Error::invalid_input(format!(
+                    "{field} {shown} allows no value the compiler can emit"
+                ))
+                .with_param(field),
+            ));
         }
         let regex = node.to_regex(MAX_SCHEMA_REGEX_BYTES).map_err(|()| {
-            Error::limit_exceeded(format!(
+            let e = Error::limit_exceeded(format!(
                 "{field} {shown} compiles to a regex over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
             ))
-            .with_param(field)
+            .with_param(field);
+            (None, e)
         })?;
-        let dfa_error = match node
+        let dfa = node
             .to_nfa(AUTOMATON_BYTES)
             .map_err(|e| {
                 Error::limit_exceeded(format!(
@@ -211,27 +240,35 @@ impl JsonSchema {
                 .with_param(field)
                 .with_source(e)
             })
-            .and_then(|nfa| Dfa::from_nfa(&nfa, field, shown))
-        {
-            Ok(dfa) => return Ok((node, regex, Compiled::Dfa(dfa))),
-            Err(e) if e.is_limit_exceeded() => e,
-            Err(e) => return Err(e),
-        };
+            .and_then(|nfa| Dfa::from_nfa(&nfa, field, shown));
+        match dfa {
+            Ok(dfa) => Ok((regex, dfa)),
+            Err(e) if e.is_limit_exceeded() => Err((Some(regex), e)),
+            Err(e) => Err((None, e)),
+        }
+    }
+
+    /// The same language as a pushdown grammar ([`Node::to_gbnf`]) under
+    /// [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES), for a schema whose
+    /// DFA passed its bound. A DFA must hold every combination of an object's optional keys
+    /// and nested states at once (a schema with a few dozen properties and free-form values
+    /// needs thousands of states over 40-90 byte classes), while the grammar keeps one small
+    /// DFA per property and nests them on its stack.
+    fn build_grammar(node: &Node, field: &str, shown: &str, dfa_error: Error) -> Result<Grammar> {
         // The grammar's text is no longer than the regex's (each item once, as a rule), but
         // it is generated, so bound it here too rather than trust that.
         let gbnf = node.to_gbnf();
         if gbnf.len() > MAX_SCHEMA_REGEX_BYTES {
             return Err(dfa_error);
         }
-        match Grammar::from_generated(&gbnf) {
-            Ok(grammar) => Ok((node, regex, Compiled::Grammar(grammar))),
-            Err(why) => Err(Error::limit_exceeded(format!(
+        Grammar::from_generated(&gbnf).map_err(|why| {
+            Error::limit_exceeded(format!(
                 "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit as a \
                  DFA, and as a grammar it {why}"
             ))
             .with_param(field)
-            .with_source(dfa_error)),
-        }
+            .with_source(dfa_error)
+        })
     }
 
     /// The compiled regex (regex-syntax text; the whole output must match it).
