@@ -6,6 +6,7 @@
 //! bytes) and Q4_0 (18 bytes) blocks get their f16 scale widened to an f32 word, which also
 //! aligns them (36 and 20 bytes, +6% and +11%); F16 rows of odd length get a zero half.
 
+use super::ops::Sink;
 use super::{kernel, Context, ErrorScope, Kernel};
 use crate::error::{Error, Result};
 use crate::quant::{self, QuantType};
@@ -182,7 +183,7 @@ impl Context {
     /// Records `y[t] = W x[t]` for `tokens` rows into `encoder`.
     pub(crate) async fn record_matvec(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut impl Sink,
         matrix: &Matrix,
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
@@ -218,7 +219,7 @@ impl Context {
     /// Records `out[t] = dequantized row ids[t] of matrix` (the token embedding lookup).
     pub(crate) async fn record_embedding(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut impl Sink,
         matrix: &Matrix,
         ids: &wgpu::Buffer,
         out: &wgpu::Buffer,
