@@ -60,6 +60,9 @@ impl Backend for GpuBackend {
     }
 }
 
+/// Whether a request's output is valid.
+type Validator = Box<dyn Fn(&str) -> bool>;
+
 fn run(file: &[u8], body: &Value, backend: &mut dyn Backend) -> Value {
     let engine = Arc::new(Engine::from_gguf(&Gguf::parse(file).unwrap()).unwrap());
     let opts = RunOptions {
@@ -118,7 +121,7 @@ fn generate_on_the_gpu_gives_the_cpus_outputs_and_constrained_ones_validate() {
         body
     };
     let date = regex::Regex::new(r"^\d{4}-\d{2}-\d{2}$").unwrap();
-    let cases: Vec<(Value, Box<dyn Fn(&str) -> bool>)> = vec![
+    let cases: Vec<(Value, Validator)> = vec![
         (base(json!({"temperature": 0})), Box::new(|_| true)),
         (
             base(json!({"temperature": 0.8, "top_k": 20, "top_p": 0.9, "seed": 3})),

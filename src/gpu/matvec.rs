@@ -190,8 +190,9 @@ impl Context {
         tokens: usize,
     ) -> Result<()> {
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension as usize;
-        let groups_x = matrix.rows.min(max_groups);
-        let groups_y = matrix.rows.div_ceil(groups_x);
+        let row_groups = matrix.rows.div_ceil(MATVEC_ROWS_PER_GROUP);
+        let groups_x = row_groups.min(max_groups);
+        let groups_y = row_groups.div_ceil(groups_x);
         if groups_y > max_groups || tokens > max_groups {
             return Err(Error::limit_exceeded(format!(
                 "{} rows x {tokens} tokens exceed this adapter's {max_groups} workgroups per \
@@ -240,6 +241,8 @@ impl Context {
 }
 
 const MATVEC: Kernel = kernel!("matvec");
+/// Output rows per matvec workgroup; must equal `ROWS` in `shaders/matvec.wgsl`.
+const MATVEC_ROWS_PER_GROUP: usize = 8;
 const EMBEDDING: Kernel = kernel!("embedding");
 
 #[cfg(test)]
