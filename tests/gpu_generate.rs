@@ -49,6 +49,16 @@ impl Backend for GpuBackend {
         source: &mut dyn StepSource,
     ) -> poot::Result<TokenId> {
         self.device_steps += 1;
+        if !source.masks() {
+            let step = source.device_step()?;
+            return pollster::block_on(self.model.forward_sample(
+                &mut self.session,
+                tokens,
+                step.mask,
+                step.n_vocab,
+                &step.sampling,
+            ));
+        }
         pollster::block_on(self.model.submit_forward(&mut self.session, tokens))?;
         let step = source.device_step()?;
         pollster::block_on(self.model.sample(
@@ -212,7 +222,18 @@ fn a_decode_step_that_samples_on_the_gpu_reads_back_4_bytes() {
     }
     let end = session.counters();
     assert_eq!(end.bytes_read_back - start.bytes_read_back, 5 * 4);
+    assert_eq!(end.submissions - start.submissions, 5 * 2);
+    // Unconstrained, the forward pass and the sampling go in one submission.
+    let fused = session.counters();
+    for _ in 0..3 {
+        token = pollster::block_on(gpu.forward_sample(&mut session, &[token], None, n, &greedy))
+            .unwrap();
+    }
+    let after = session.counters();
+    assert_eq!(after.submissions - fused.submissions, 3);
+    assert_eq!(after.bytes_read_back - fused.bytes_read_back, 3 * 4);
     assert_eq!(end.tokens - start.tokens, 5);
+    let _ = token;
     // The decode plan was built once, for the first decode step; the prompt had its own.
     assert_eq!(end.plans_built, 2);
     // Per layer 15 dispatches, plus the embedding, the final norm, the logits and sampling.

@@ -996,6 +996,12 @@ impl StepSource for Run {
     fn device_step(&mut self) -> Result<DeviceStep<'_>> {
         Run::device_step(self)
     }
+
+    fn masks(&self) -> bool {
+        self.choices
+            .get(self.current)
+            .is_some_and(|c| c.matcher.is_some())
+    }
 }
 
 /// The request field that holds the prompt.

@@ -9,9 +9,10 @@
 //! bind groups and uniforms), so a decode step creates no GPU object: it writes the token id,
 //! the RoPE table and the attention uniform's position, and replays the plan.
 //!
-//! Decoding that samples on the GPU ([`Model::submit_forward`], then [`Model::sample`]) reads
-//! back the chosen token's 4 bytes; the caller fills the next token mask on the CPU between
-//! the two, while the GPU runs the forward pass.
+//! Decoding that samples on the GPU reads back the chosen token's 4 bytes instead of the
+//! logits. A constrained step is two submissions, [`Model::submit_forward`] then
+//! [`Model::sample`], and the caller fills the token mask on the CPU between them, while the
+//! GPU runs the forward pass; an unconstrained one is one ([`Model::forward_sample`]).
 
 use std::sync::Arc;
 
@@ -83,6 +84,29 @@ pub struct Session {
     sample: SampleBuffers,
     sample_dispatch: Option<Dispatch>,
     counters: Counters,
+}
+
+/// How a forward pass's last chunk ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tail {
+    /// Copy the logits into the read-back buffer.
+    Logits,
+    /// Leave them on the GPU (for [`Model::sample`]).
+    Keep,
+    /// Sample from them (the step's settings already written) and copy out the token.
+    Sample,
+}
+
+/// Records the sampling dispatch and the copy of its 4-byte result.
+fn encode_sample(e: &mut wgpu::CommandEncoder, dispatch: &Dispatch, b: &SampleBuffers) {
+    {
+        let mut pass = e.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("sample"),
+            timestamp_writes: None,
+        });
+        dispatch.encode(&mut pass);
+    }
+    e.copy_buffer_to_buffer(&b.result, 0, &b.readback, 0, 4);
 }
 
 /// Chunk lengths a session keeps plans for: decode (1), full prefill chunks (64) and one
@@ -315,7 +339,7 @@ impl Model {
     /// Evaluates `tokens` after what the session holds and returns the logits of the last
     /// one (prefill when many, one decode step when one).
     pub async fn forward(&self, session: &mut Session, tokens: &[TokenId]) -> Result<Vec<f32>> {
-        self.submit(session, tokens, true).await?;
+        self.submit(session, tokens, Tail::Logits).await?;
         let bytes = self.ctx.read_buffer(&session.scratch.readback).await?;
         session.counters.bytes_read_back += bytes.len() as u64;
         Ok(bytemuck::cast_slice(&bytes).to_vec())
@@ -325,7 +349,7 @@ impl Model {
     /// [`Model::sample`]; returns once the work is submitted, so the caller can fill the
     /// next token mask while the GPU runs.
     pub async fn submit_forward(&self, session: &mut Session, tokens: &[TokenId]) -> Result<()> {
-        self.submit(session, tokens, false).await
+        self.submit(session, tokens, Tail::Keep).await
     }
 
     /// Waits until the GPU has finished what was submitted (natively; in a browser the
@@ -352,6 +376,51 @@ impl Model {
         sampling: &DeviceSampling,
     ) -> Result<TokenId> {
         let ctx = &self.ctx;
+        let scope = ErrorScope::push(&ctx.device);
+        let dispatch = self
+            .write_sample_step(session, token_mask, n, sampling)
+            .await?;
+        let mut e = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("sample"),
+            });
+        encode_sample(&mut e, &dispatch, &session.sample);
+        ctx.queue.submit([e.finish()]);
+        scope.pop("sampling on the GPU").await?;
+        session.counters.dispatches += 1;
+        session.counters.submissions += 1;
+        self.read_token(session, n).await
+    }
+
+    /// [`Model::submit_forward`] and [`Model::sample`] in one submission: for a step whose
+    /// mask (if any) is ready before the forward pass, an unconstrained one above all.
+    pub async fn forward_sample(
+        &self,
+        session: &mut Session,
+        tokens: &[TokenId],
+        token_mask: Option<&[u32]>,
+        n: usize,
+        sampling: &DeviceSampling,
+    ) -> Result<TokenId> {
+        let scope = ErrorScope::push(&self.ctx.device);
+        self.write_sample_step(session, token_mask, n, sampling)
+            .await?;
+        scope.pop("sampling on the GPU").await?;
+        self.submit(session, tokens, Tail::Sample).await?;
+        self.read_token(session, n).await
+    }
+
+    /// Checks a sampling step, writes its mask and settings, and returns its dispatch (made
+    /// once per session).
+    async fn write_sample_step(
+        &self,
+        session: &mut Session,
+        token_mask: Option<&[u32]>,
+        n: usize,
+        sampling: &DeviceSampling,
+    ) -> Result<Dispatch> {
+        let ctx = &self.ctx;
         if n == 0 || n > self.config.n_vocab {
             return Err(Error::invalid_input(format!(
                 "sampling over {n} tokens, but the model has {} logits",
@@ -363,7 +432,6 @@ impl Model {
             mask::check_mask_len(m.len(), n)?;
             check_some_allowed(m, n)?;
         }
-        let scope = ErrorScope::push(&ctx.device);
         let b = &session.sample;
         let dispatch = match &session.sample_dispatch {
             Some(d) => d.clone(),
@@ -377,30 +445,19 @@ impl Model {
                 d
             }
         };
+        let b = &session.sample;
         if let Some(m) = token_mask {
             ctx.queue.write_buffer(&b.mask, 0, bytemuck::cast_slice(m));
         }
         let params = sample_params(n, token_mask.is_some(), sampling);
         ctx.queue
             .write_buffer(&b.params, 0, bytemuck::cast_slice(&params));
-        let mut e = ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("sample"),
-            });
-        {
-            let mut pass = e.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("sample"),
-                timestamp_writes: None,
-            });
-            dispatch.encode(&mut pass);
-        }
-        e.copy_buffer_to_buffer(&b.result, 0, &b.readback, 0, 4);
-        ctx.queue.submit([e.finish()]);
-        scope.pop("sampling on the GPU").await?;
-        session.counters.dispatches += 1;
-        session.counters.submissions += 1;
-        let bytes = ctx.read_buffer(&session.sample.readback).await?;
+        Ok(dispatch)
+    }
+
+    /// Reads back the sampled token's 4 bytes.
+    async fn read_token(&self, session: &mut Session, n: usize) -> Result<TokenId> {
+        let bytes = self.ctx.read_buffer(&session.sample.readback).await?;
         session.counters.bytes_read_back += bytes.len() as u64;
         token_of(
             u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
@@ -408,14 +465,8 @@ impl Model {
         )
     }
 
-    /// Checks `tokens` and submits their chunks; `copy_logits` also copies the last logits
-    /// into the read-back buffer.
-    async fn submit(
-        &self,
-        session: &mut Session,
-        tokens: &[TokenId],
-        copy_logits: bool,
-    ) -> Result<()> {
+    /// Checks `tokens` and submits their chunks, the last one ending as `tail` says.
+    async fn submit(&self, session: &mut Session, tokens: &[TokenId], tail: Tail) -> Result<()> {
         let c = &self.config;
         if tokens.is_empty() {
             return Err(
@@ -441,8 +492,8 @@ impl Model {
         let chunks: Vec<&[TokenId]> = tokens.chunks(MAX_CHUNK).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let last = i + 1 == chunks.len();
-            self.run_chunk(session, chunk, last, last && copy_logits)
-                .await?;
+            let tail = if last { Some(tail) } else { None };
+            self.run_chunk(session, chunk, tail).await?;
         }
         scope.pop("running the forward pass").await
     }
@@ -543,14 +594,13 @@ impl Model {
         })
     }
 
-    /// Records and submits one chunk from its plan; the last one also computes the logits
-    /// (and, with `copy_logits`, copies them out).
+    /// Records and submits one chunk from its plan; the last one (with a `tail`) also
+    /// computes the logits and ends as `tail` says.
     async fn run_chunk(
         &self,
         session: &mut Session,
         tokens: &[TokenId],
-        last: bool,
-        copy_logits: bool,
+        tail: Option<Tail>,
     ) -> Result<()> {
         let ctx = &self.ctx;
         let c = &self.config;
@@ -609,7 +659,7 @@ impl Model {
             dispatches += before.len() + after.len();
         }
         drop(pass);
-        if last {
+        if let Some(tail) = tail {
             let row_bytes = (d * 4) as u64;
             e.copy_buffer_to_buffer(&s.x, (t as u64 - 1) * row_bytes, &s.last, 0, row_bytes);
             let mut pass = e.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -619,8 +669,19 @@ impl Model {
             plan.head.iter().for_each(|d| d.encode(&mut pass));
             drop(pass);
             dispatches += plan.head.len();
-            if copy_logits {
-                e.copy_buffer_to_buffer(&s.logits, 0, &s.readback, 0, s.logits.size());
+            match tail {
+                Tail::Logits => {
+                    e.copy_buffer_to_buffer(&s.logits, 0, &s.readback, 0, s.logits.size())
+                }
+                Tail::Keep => {}
+                Tail::Sample => {
+                    let dispatch = session
+                        .sample_dispatch
+                        .as_ref()
+                        .ok_or_else(|| Error::gpu("the sampling dispatch was not prepared"))?;
+                    encode_sample(&mut e, dispatch, &session.sample);
+                    dispatches += 1;
+                }
             }
         }
         ctx.queue.submit([e.finish()]);

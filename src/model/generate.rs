@@ -79,6 +79,13 @@ pub struct DeviceStep<'a> {
 pub trait StepSource {
     /// Fills the step's mask and draws; called once per [`Backend::forward_sample`].
     fn device_step(&mut self) -> Result<DeviceStep<'_>>;
+
+    /// Whether the step has a mask to fill. Without one there is nothing to overlap with the
+    /// forward pass, and a backend can take the step first and submit the forward pass and
+    /// the sampling together (one submission).
+    fn masks(&self) -> bool {
+        true
+    }
 }
 
 /// The CPU model and one session of it.

@@ -34,7 +34,7 @@ use super::to_js_error;
 use crate::api::{Endpoint, Engine as ApiEngine, Forward, Run, RunOptions};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
-use crate::model::{Model, Session};
+use crate::model::{Model, Session, StepSource};
 
 #[wasm_bindgen]
 extern "C" {
@@ -631,6 +631,24 @@ async fn gpu_sample_step(
     run: &RefCell<Run>,
     forward: &Forward,
 ) -> Result<StepOutcome> {
+    let masks = run.try_borrow().map_err(|_| busy())?.masks();
+    if !masks {
+        // Nothing to fill while the GPU works: the forward pass and the sampling go in one
+        // submission.
+        let (sampling, n_vocab) = {
+            let mut r = run.try_borrow_mut().map_err(|_| busy())?;
+            let step = r.device_step()?;
+            (step.sampling, step.n_vocab)
+        };
+        let token = model
+            .forward_sample(s, &forward.tokens, None, n_vocab, &sampling)
+            .await?;
+        let mut r = run.try_borrow_mut().map_err(|_| busy())?;
+        if r.next_forward() != Some(forward) {
+            return Ok(StepOutcome::Chunks(Vec::new()));
+        }
+        return r.on_token(token).map(StepOutcome::Chunks);
+    }
     model.submit_forward(s, &forward.tokens).await?;
     let (mask, n_vocab, sampling) = {
         let mut r = run.try_borrow_mut().map_err(|_| busy())?;

@@ -96,30 +96,32 @@ pub(super) fn bench(rest: &[String]) -> Result<ExitCode, Failure> {
                 session: cpu.session(context)?,
             };
             print(prefill(&mut b, &prompt, "cpu")?);
-            let (steps, _) = decode_logits(&mut b, &prompt, tg)?;
+            b.truncate(0);
+            let logits = b.forward(&prompt)?;
+            let steps = decode_logits(&mut b, logits, tg)?;
             print(decode_row("cpu", "logits on the CPU", &steps, None));
         }
         "gpu" => {
             let mut b = GpuBackend::new(&cpu, context)?;
             print(prefill(&mut b, &prompt, "gpu")?);
+            // Counters from after each prompt's prefill: decode steps only.
+            b.truncate(0);
+            let logits = b.forward(&prompt)?;
             let before = b.session.counters();
-            let (steps, _) = decode_logits(&mut b, &prompt, tg)?;
-            let counters = (before, b.session.counters());
-            print(decode_row(
-                "gpu",
-                "logits read back, CPU sampler",
-                &steps,
-                Some(counters),
-            ));
+            let steps = decode_logits(&mut b, logits, tg)?;
+            let counters = Some((before, b.session.counters()));
+            let how = "logits read back, CPU sampler";
+            print(decode_row("gpu", how, &steps, counters));
+            b.truncate(0);
+            let mut source = Greedy {
+                sampler: Sampler::new(Params::greedy())?,
+                n: b.model.config().n_vocab,
+            };
+            let first = b.forward_sample(&prompt, &mut source)?;
             let before = b.session.counters();
-            let steps = decode_on_device(&mut b, &prompt, tg)?;
-            let counters = (before, b.session.counters());
-            print(decode_row(
-                "gpu",
-                "sampled on the GPU",
-                &steps,
-                Some(counters),
-            ));
+            let steps = decode_on_device(&mut b, &mut source, first, tg)?;
+            let counters = Some((before, b.session.counters()));
+            print(decode_row("gpu", "sampled on the GPU", &steps, counters));
             if let Some(path) = opts.values.get("request") {
                 let body: Value = serde_json::from_slice(&read(path)?).map_err(|e| {
                     Failure::Usage(format!("{path}: the request is not valid JSON: {e}"))
@@ -154,41 +156,35 @@ fn prefill(b: &mut dyn Backend, prompt: &[TokenId], name: &str) -> Result<Value,
     }))
 }
 
-/// Greedy decode from the logits (read back, on the GPU backend); per-step milliseconds.
+/// Greedy decode from the prompt's logits (read back, on the GPU backend); per-step
+/// milliseconds.
 fn decode_logits(
     b: &mut dyn Backend,
-    prompt: &[TokenId],
+    mut logits: Vec<f32>,
     tg: usize,
-) -> Result<(Vec<f64>, Vec<TokenId>), Failure> {
-    b.truncate(0);
-    let mut logits = b.forward(prompt)?;
-    let (mut steps, mut tokens) = (Vec::new(), Vec::new());
+) -> Result<Vec<f64>, Failure> {
+    let mut steps = Vec::new();
     for _ in 0..tg {
         let t0 = monotonic_ms();
         let next = argmax(&logits);
         logits = b.forward(&[next])?;
         steps.push(monotonic_ms() - t0);
-        tokens.push(next);
     }
-    Ok((steps, tokens))
+    Ok(steps)
 }
 
-/// Greedy decode sampled on the GPU (4 bytes read back a step); per-step milliseconds.
+/// Greedy decode sampled on the GPU (4 bytes read back a step) from the prompt's `first`
+/// token; per-step milliseconds.
 fn decode_on_device(
     b: &mut GpuBackend,
-    prompt: &[TokenId],
+    source: &mut Greedy,
+    mut next: TokenId,
     tg: usize,
 ) -> Result<Vec<f64>, Failure> {
-    b.truncate(0);
-    let mut source = Greedy {
-        sampler: Sampler::new(Params::greedy())?,
-        n: b.model.config().n_vocab,
-    };
-    let mut next = b.forward_sample(prompt, &mut source)?;
     let mut steps = Vec::new();
     for _ in 0..tg {
         let t0 = monotonic_ms();
-        next = b.forward_sample(&[next], &mut source)?;
+        next = b.forward_sample(&[next], source)?;
         steps.push(monotonic_ms() - t0);
     }
     Ok(steps)

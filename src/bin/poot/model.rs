@@ -203,6 +203,22 @@ impl Backend for GpuBackend {
         source: &mut dyn StepSource,
     ) -> poot::Result<TokenId> {
         let t0 = monotonic_ms();
+        if !source.masks() {
+            // Nothing to fill while the GPU works: one submission for the whole step.
+            let step = source.device_step()?;
+            let t1 = monotonic_ms();
+            let token = pollster::block_on(self.model.forward_sample(
+                &mut self.session,
+                tokens,
+                step.mask,
+                step.n_vocab,
+                &step.sampling,
+            ))?;
+            if let Some(timings) = self.timings.as_mut() {
+                timings.push([0.0, t1 - t0, monotonic_ms() - t1]);
+            }
+            return Ok(token);
+        }
         pollster::block_on(self.model.submit_forward(&mut self.session, tokens))?;
         if !self.overlap {
             self.model.wait_idle()?;
