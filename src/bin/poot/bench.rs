@@ -61,6 +61,11 @@ impl StepSource for Greedy {
             sampling,
         })
     }
+
+    /// No mask: the backend submits the forward pass and the sampling together.
+    fn masks(&self) -> bool {
+        false
+    }
 }
 
 pub(super) fn bench(rest: &[String]) -> Result<ExitCode, Failure> {
