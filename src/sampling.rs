@@ -114,6 +114,24 @@ impl Params {
     }
 }
 
+/// What a device (the GPU's `shaders/sample.wgsl`) needs to choose a token the way
+/// [`Sampler::sample`] would: the settings it implements and this step's draw, made on the CPU
+/// from the sampler's own generator so both sides use the same number.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceSampling {
+    /// 0 = greedy.
+    pub temperature: f32,
+    /// 0 = off.
+    pub top_k: usize,
+    /// 1 = off.
+    pub top_p: f32,
+    /// 0 = off.
+    pub min_p: f32,
+    /// The uniform draw in [0, 1) [`Sampler::sample`] would make at this step (0 when greedy,
+    /// which draws nothing).
+    pub uniform: f64,
+}
+
 /// A sampler: the settings plus the random generator's state.
 #[derive(Debug, Clone)]
 pub struct Sampler {
@@ -138,6 +156,40 @@ impl Sampler {
     /// The settings.
     pub fn params(&self) -> &Params {
         &self.params
+    }
+
+    /// Whether a device can choose the token with these settings: everything but
+    /// `logit_bias` and the penalties, which need the logits on the CPU (a request with them
+    /// reads the logits back and samples here).
+    pub fn runs_on_device(&self) -> bool {
+        let p = &self.params;
+        p.logit_bias.is_empty()
+            && p.repetition_penalty == 1.0
+            && p.frequency_penalty == 0.0
+            && p.presence_penalty == 0.0
+    }
+
+    /// This step's settings and draw for a device, advancing the generator exactly as
+    /// [`Sampler::sample`] would (one draw per non-greedy step); `None` when
+    /// [`Sampler::runs_on_device`] is false.
+    pub fn device_step(&mut self) -> Option<DeviceSampling> {
+        if !self.runs_on_device() {
+            return None;
+        }
+        let p = &self.params;
+        let (temperature, top_k, top_p, min_p) = (p.temperature, p.top_k, p.top_p, p.min_p);
+        let uniform = if temperature == 0.0 {
+            0.0
+        } else {
+            self.next_f64()
+        };
+        Some(DeviceSampling {
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            uniform,
+        })
     }
 
     fn next_f64(&mut self) -> f64 {

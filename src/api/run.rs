@@ -23,7 +23,7 @@ use crate::chat_template::render_chat;
 use crate::constraint::{Constraint, Matcher, Spec};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value as GgufValue};
-use crate::model::{Backend, Finish};
+use crate::model::{Backend, DeviceStep, Finish, StepSource};
 use crate::sampling::{log_softmax, top_k, Sampler};
 use crate::tokenizer::Tokenizer;
 use crate::vocab::{TokenId, Vocabulary};
@@ -264,6 +264,9 @@ pub struct Run {
     steps: Vec<StepStats>,
     /// Entries of `steps` already attached to a stream chunk.
     steps_streamed: usize,
+    /// [`Run::device_step`] has filled the mask of the pending step (and drawn), and
+    /// [`Run::on_token`] is to take its token.
+    device_prepared: bool,
 }
 
 impl Run {
@@ -370,6 +373,7 @@ impl Run {
             clock: opts.clock,
             steps: Vec::new(),
             steps_streamed: 0,
+            device_prepared: false,
             engine,
             meta,
             prompt,
@@ -422,6 +426,7 @@ impl Run {
             self.finish_choice(Finish::Stop, &mut chunks);
         }
         self.pending = None;
+        self.device_prepared = false;
         self.attach_steps(&mut chunks);
         chunks
     }
@@ -476,8 +481,86 @@ impl Run {
         Ok(chunks)
     }
 
+    /// Whether the pending step can be sampled on the device ([`Run::device_step`], then
+    /// [`Run::on_token`]) instead of from logits read back: one choice (`n` > 1 keeps the
+    /// prompt's logits for the others), no `logprobs`, and settings the device runs (no
+    /// `logit_bias` or penalties: [`crate::sampling::Sampler::runs_on_device`]).
+    pub fn samples_on_device(&self) -> bool {
+        self.pending.is_some()
+            && self.req.n == 1
+            && !self.req.logprobs
+            && self
+                .choices
+                .get(self.current)
+                .is_some_and(|c| c.sampler.runs_on_device())
+    }
+
+    /// The pending step for a device that samples: fills the constraint's mask (timed for
+    /// `step_stats`) and makes the sampler's draw. Call it once the forward pass is
+    /// submitted, so the mask is computed while the device works; then [`Run::on_token`].
+    pub fn device_step(&mut self) -> Result<DeviceStep<'_>> {
+        if !self.samples_on_device() {
+            return Err(Error::invalid_input(
+                "this step cannot be sampled on the device (see Run::samples_on_device)",
+            ));
+        }
+        if self.device_prepared {
+            return Err(Error::invalid_input(
+                "device_step was already called for this step",
+            ));
+        }
+        let masked = self.prepare_mask()?;
+        let sampling = self.choices[self.current]
+            .sampler
+            .device_step()
+            .ok_or_else(|| Error::invalid_input("the sampler's settings need the logits"))?;
+        self.device_prepared = true;
+        Ok(DeviceStep {
+            mask: masked.then_some(&self.mask[..]),
+            n_vocab: self.engine.n_vocab,
+            sampling,
+        })
+    }
+
+    /// Takes the token the device chose for the step [`Run::device_step`] prepared; returns
+    /// the stream chunks it produced, as [`Run::on_logits`] does.
+    pub fn on_token(&mut self, token: TokenId) -> Result<Vec<Value>> {
+        if !self.device_prepared {
+            return Err(Error::invalid_input(
+                "on_token needs device_step first (the mask and the draw)",
+            ));
+        }
+        self.device_prepared = false;
+        self.pending
+            .take()
+            .ok_or_else(|| Error::invalid_input("the run has nothing to evaluate"))?;
+        if token as usize >= self.engine.n_vocab {
+            return Err(Error::gpu(format!(
+                "the device sampled token {token}, outside the vocabulary of {}",
+                self.engine.n_vocab
+            )));
+        }
+        // The device must respect the mask; checked here so a kernel bug cannot put a
+        // disallowed token into a constrained output.
+        if self.choices[self.current].matcher.is_some()
+            && self.mask[token as usize / 32] >> (token % 32) & 1 == 0
+        {
+            return Err(Error::gpu(format!(
+                "the device sampled token {token}, which the constraint's mask forbids"
+            )));
+        }
+        let mut chunks = Vec::new();
+        self.after_sample(token, None, &mut chunks)?;
+        if self.is_done() && self.req.stream && self.req.include_usage {
+            chunks.push(response::usage_chunk(&self.meta, self.usage()));
+        }
+        self.attach_steps(&mut chunks);
+        Ok(chunks)
+    }
+
     /// Drives the run to the end on a synchronous backend, passing each chunk to `emit`; an
-    /// `emit` that returns `false` (the client went away) cancels the run.
+    /// `emit` that returns `false` (the client went away) cancels the run. A backend that
+    /// samples on its device does so whenever [`Run::samples_on_device`] allows.
     pub fn drive(
         &mut self,
         backend: &mut dyn Backend,
@@ -485,8 +568,14 @@ impl Run {
     ) -> Result<()> {
         while let Some(fwd) = self.pending.clone() {
             backend.truncate(fwd.keep);
-            let logits = backend.forward(&fwd.tokens)?;
-            for chunk in self.on_logits(logits)? {
+            let chunks = if backend.samples_on_device() && self.samples_on_device() {
+                let token = backend.forward_sample(&fwd.tokens, self)?;
+                self.on_token(token)?
+            } else {
+                let logits = backend.forward(&fwd.tokens)?;
+                self.on_logits(logits)?
+            };
+            for chunk in chunks {
                 if !emit(chunk) {
                     self.cancel();
                     return Ok(());
@@ -496,28 +585,34 @@ impl Run {
         Ok(())
     }
 
-    /// One sampling step of the current choice.
+    /// One sampling step of the current choice, from its logits.
     fn step(&mut self, logits: &mut [f32], chunks: &mut Vec<Value>) -> Result<()> {
+        let masked = self.prepare_mask()?;
+        let choice = &mut self.choices[self.current];
+        let mask = masked.then_some(&self.mask[..]);
+        let token = choice.sampler.sample(logits, mask, &choice.ids)?;
+        self.after_sample(token, Some(logits), chunks)
+    }
+
+    /// Fills the current choice's mask (when it has a constraint; whether it has) and opens
+    /// its `step_stats` entry.
+    fn prepare_mask(&mut self) -> Result<bool> {
         let c = self.current;
         let choice = &mut self.choices[c];
-        if self.req.stream && !choice.started {
-            choice.started = true;
-            chunks.extend(response::role_chunk(&self.meta, c));
-        }
         let mut mask_us = None;
-        let mask = match choice.matcher.as_ref() {
+        let masked = match choice.matcher.as_ref() {
             Some(m) => {
                 let started = self.clock.map(|now| now());
                 m.fill_mask(&mut self.mask)?;
                 if let (Some(now), Some(t0)) = (self.clock, started) {
                     mask_us = Some((now() - t0) * 1000.0);
                 }
-                Some(&self.mask[..])
+                true
             }
-            None => None,
+            None => false,
         };
         if self.req.step_stats {
-            let allowed = mask.map(|m| m.iter().map(|w| w.count_ones() as usize).sum());
+            let allowed = masked.then(|| self.mask.iter().map(|w| w.count_ones() as usize).sum());
             self.steps.push(StepStats {
                 index: c,
                 token: 0,
@@ -526,7 +621,23 @@ impl Run {
                 forced: Vec::new(),
             });
         }
-        let token = choice.sampler.sample(logits, mask, &choice.ids)?;
+        Ok(masked)
+    }
+
+    /// The rest of a step once its token is chosen (`logits`, after the sampler's changes,
+    /// when they were read back: logprobs need them).
+    fn after_sample(
+        &mut self,
+        token: TokenId,
+        logits: Option<&[f32]>,
+        chunks: &mut Vec<Value>,
+    ) -> Result<()> {
+        let c = self.current;
+        let choice = &mut self.choices[c];
+        if self.req.stream && !choice.started {
+            choice.started = true;
+            chunks.extend(response::role_chunk(&self.meta, c));
+        }
         if let Some(step) = self.steps.last_mut().filter(|_| self.req.step_stats) {
             step.token = token;
         }
@@ -538,7 +649,7 @@ impl Run {
             }
             None => self.stop_ids.contains(&token),
         };
-        if self.req.logprobs {
+        if let (true, Some(logits)) = (self.req.logprobs, logits) {
             let lp = log_softmax(logits);
             choice.logprobs.push(TokenLogprob {
                 token,
@@ -878,6 +989,18 @@ impl Run {
             .iter()
             .map(|f| Value::from(format!("unknown field `{f}` was ignored")))
             .collect()
+    }
+}
+
+impl StepSource for Run {
+    fn device_step(&mut self) -> Result<DeviceStep<'_>> {
+        Run::device_step(self)
+    }
+
+    fn masks(&self) -> bool {
+        self.choices
+            .get(self.current)
+            .is_some_and(|c| c.matcher.is_some())
     }
 }
 

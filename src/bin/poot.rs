@@ -30,6 +30,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+#[path = "poot/bench.rs"]
+mod bench;
 #[path = "poot/model.rs"]
 mod model;
 #[path = "poot/serve.rs"]
@@ -40,6 +42,8 @@ const USAGE: &str = "usage:
   poot eval   --model GGUF (--prompt TEXT [--chat] | --prompt-ids 1,2,3) [--top K] [--greedy N]
               [--backend cpu|gpu] [--threads T]
   poot generate --model GGUF --request FILE [--backend cpu|gpu] [--threads T]
+  poot bench  --model GGUF [--backend cpu|gpu] [--prompt-tokens 64] [--tokens 16]
+              [--request FILE] [--threads T]
   poot serve  --model GGUF [--port 8080] [--host 127.0.0.1] [--backend cpu|gpu] [--threads T]
   poot check  --request FILE [--emit gbnf]
   poot coverage --model GGUF|tokenizer.json PATH...
@@ -210,6 +214,7 @@ fn run(args: &[String]) -> Result<ExitCode, Failure> {
         "tokenize" => model::tokenize(rest),
         "eval" => model::eval(rest),
         "generate" => model::generate(rest),
+        "bench" => bench::bench(rest),
         "serve" => serve::serve(rest),
         "--version" | "-V" => {
             println!("poot {}", env!("CARGO_PKG_VERSION"));

@@ -123,7 +123,7 @@ impl Context {
             &vec![0; partial_count as usize * 8],
             none,
         );
-        let params = self.uniform_buffer(
+        let params = self.params_buffer(
             "apply_token_mask.params",
             &[logits.len() as u32, partial_count],
         );

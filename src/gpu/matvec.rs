@@ -6,6 +6,7 @@
 //! bytes) and Q4_0 (18 bytes) blocks get their f16 scale widened to an f32 word, which also
 //! aligns them (36 and 20 bytes, +6% and +11%); F16 rows of odd length get a zero half.
 
+use super::ops::Sink;
 use super::{kernel, Context, ErrorScope, Kernel};
 use crate::error::{Error, Result};
 use crate::quant::{self, QuantType};
@@ -182,15 +183,16 @@ impl Context {
     /// Records `y[t] = W x[t]` for `tokens` rows into `encoder`.
     pub(crate) async fn record_matvec(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut impl Sink,
         matrix: &Matrix,
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         tokens: usize,
     ) -> Result<()> {
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension as usize;
-        let groups_x = matrix.rows.min(max_groups);
-        let groups_y = matrix.rows.div_ceil(groups_x);
+        let row_groups = matrix.rows.div_ceil(MATVEC_ROWS_PER_GROUP);
+        let groups_x = row_groups.min(max_groups);
+        let groups_y = row_groups.div_ceil(groups_x);
         if groups_y > max_groups || tokens > max_groups {
             return Err(Error::limit_exceeded(format!(
                 "{} rows x {tokens} tokens exceed this adapter's {max_groups} workgroups per \
@@ -218,7 +220,7 @@ impl Context {
     /// Records `out[t] = dequantized row ids[t] of matrix` (the token embedding lookup).
     pub(crate) async fn record_embedding(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut impl Sink,
         matrix: &Matrix,
         ids: &wgpu::Buffer,
         out: &wgpu::Buffer,
@@ -239,6 +241,8 @@ impl Context {
 }
 
 const MATVEC: Kernel = kernel!("matvec");
+/// Output rows per matvec workgroup; must equal `ROWS` in `shaders/matvec.wgsl`.
+const MATVEC_ROWS_PER_GROUP: usize = 8;
 const EMBEDDING: Kernel = kernel!("embedding");
 
 #[cfg(test)]

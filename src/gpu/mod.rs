@@ -11,9 +11,10 @@ mod mask;
 mod matvec;
 mod model;
 mod ops;
+mod sample;
 
 pub use matvec::{repack, Matrix};
-pub use model::{Model, Session, MAX_CHUNK};
+pub use model::{Counters, Model, Session, MAX_CHUNK};
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -202,13 +203,15 @@ impl Context {
             })
     }
 
-    fn uniform_buffer(&self, label: &str, words: &[u32]) -> wgpu::Buffer {
+    /// A uniform buffer holding `words`, rewritable with `queue.write_buffer` (the decode
+    /// loop's per-step parameters change in place instead of in a new buffer).
+    fn params_buffer(&self, label: &str, words: &[u32]) -> wgpu::Buffer {
         use wgpu::util::DeviceExt;
         self.device
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
                 contents: bytemuck::cast_slice(words),
-                usage: wgpu::BufferUsages::UNIFORM,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             })
     }
 
@@ -257,15 +260,19 @@ fn entry(binding: u32, buffer: &wgpu::Buffer) -> wgpu::BindGroupEntry<'_> {
 
 /// Validation and out-of-memory scopes around a piece of GPU work.
 struct ErrorScope {
-    out_of_memory: wgpu::ErrorScopeGuard,
+    // Fields drop in declaration order and scopes must come off in reverse order of their
+    // pushes: `validation` (pushed second) is declared first, so an early return that drops
+    // the scope unpopped does not panic in wgpu.
     validation: wgpu::ErrorScopeGuard,
+    out_of_memory: wgpu::ErrorScopeGuard,
 }
 
 impl ErrorScope {
     fn push(device: &wgpu::Device) -> Self {
+        let out_of_memory = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         ErrorScope {
-            out_of_memory: device.push_error_scope(wgpu::ErrorFilter::OutOfMemory),
             validation: device.push_error_scope(wgpu::ErrorFilter::Validation),
+            out_of_memory,
         }
     }
 

@@ -2,16 +2,27 @@
 //! kernel per step of it, with the weights uploaded once and the KV cache kept on the GPU.
 //!
 //! A call to [`Model::forward`] records every layer of a chunk of up to [`MAX_CHUNK`] tokens
-//! into one command encoder and submits it once; per layer that is 12 dispatches and two
-//! buffer copies (K and V into the cache), so SmolLM2-135M (30 layers) takes ~365 dispatches
-//! per decode step.
+//! into one command encoder and submits it once; per layer that is 15 dispatches and two
+//! buffer copies (K and V into the cache), so a SmolLM2-135M (30 layers) decode step is
+//! 1 + 30 x 15 + 2 = 453 dispatches, and one more to sample ([`Session::counters`] counts
+//! them). The dispatches of a chunk length are prepared once per session (a [`Plan`]: its
+//! bind groups and uniforms), so a decode step creates no GPU object: it writes the token id,
+//! the RoPE table and the attention uniform's position, and replays the plan.
+//!
+//! Decoding that samples on the GPU reads back the chosen token's 4 bytes instead of the
+//! logits. A constrained step is two submissions, [`Model::submit_forward`] then
+//! [`Model::sample`], and the caller fills the token mask on the CPU between them, while the
+//! GPU runs the forward pass; an unconstrained one is one ([`Model::forward_sample`]).
 
 use std::sync::Arc;
 
-use super::ops::AttentionShape;
+use super::ops::{attention_params, AttentionShape, Dispatch};
+use super::sample::{check_some_allowed, sample_params, token_of, SampleBuffers, SAMPLE};
 use super::{Context, ErrorScope, Matrix};
 use crate::error::{Error, Result};
+use crate::mask;
 use crate::model::{self, Config};
+use crate::sampling::DeviceSampling;
 use crate::vocab::TokenId;
 
 /// Tokens evaluated per submission during prefill: bounds the scratch buffers (the attention
@@ -43,6 +54,22 @@ pub struct Model {
     layers: Vec<Layer>,
 }
 
+/// What a session has asked of the GPU so far, so benchmarks can print dispatches and bytes
+/// read back per token.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Positions evaluated.
+    pub tokens: u64,
+    /// Compute dispatches recorded.
+    pub dispatches: u64,
+    /// Queue submissions.
+    pub submissions: u64,
+    /// Bytes copied back to the CPU (logits or a sampled token id).
+    pub bytes_read_back: u64,
+    /// Plans built (bind groups and uniforms made): one per chunk length, not per step.
+    pub plans_built: u64,
+}
+
 /// Per-sequence GPU state: the KV cache, the scratch buffers and the position.
 #[derive(Debug)]
 pub struct Session {
@@ -52,6 +79,52 @@ pub struct Session {
     k_cache: Vec<wgpu::Buffer>,
     v_cache: Vec<wgpu::Buffer>,
     scratch: Scratch,
+    /// Prepared forward passes by chunk length (at most [`MAX_PLANS`]).
+    plans: Vec<Plan>,
+    sample: SampleBuffers,
+    sample_dispatch: Option<Dispatch>,
+    counters: Counters,
+}
+
+/// How a forward pass's last chunk ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tail {
+    /// Copy the logits into the read-back buffer.
+    Logits,
+    /// Leave them on the GPU (for [`Model::sample`]).
+    Keep,
+    /// Sample from them (the step's settings already written) and copy out the token.
+    Sample,
+}
+
+/// Records the sampling dispatch and the copy of its 4-byte result.
+fn encode_sample(e: &mut wgpu::CommandEncoder, dispatch: &Dispatch, b: &SampleBuffers) {
+    {
+        let mut pass = e.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("sample"),
+            timestamp_writes: None,
+        });
+        dispatch.encode(&mut pass);
+    }
+    e.copy_buffer_to_buffer(&b.result, 0, &b.readback, 0, 4);
+}
+
+/// Chunk lengths a session keeps plans for: decode (1), full prefill chunks (64) and one
+/// other (a prompt's remainder); a fourth length replaces the oldest odd one.
+const MAX_PLANS: usize = 3;
+
+/// A chunk length's dispatches, prepared once: each one's pipeline, bind group and uniform.
+/// Only the attention kernel's uniform changes between steps (the position), and every layer
+/// shares it.
+#[derive(Debug)]
+struct Plan {
+    tokens: usize,
+    embedding: Dispatch,
+    /// Per layer: the dispatches before the K/V copies into the cache and those after.
+    layers: Vec<(Vec<Dispatch>, Vec<Dispatch>)>,
+    /// The final norm and the logits of the last position.
+    head: Vec<Dispatch>,
+    attention_params: wgpu::Buffer,
 }
 
 #[derive(Debug)]
@@ -100,6 +173,11 @@ impl Session {
     pub fn truncate(&mut self, len: usize) {
         self.pos = self.pos.min(len);
         self.tokens.truncate(self.pos);
+    }
+
+    /// What this session has asked of the GPU so far.
+    pub fn counters(&self) -> Counters {
+        self.counters
     }
 }
 
@@ -251,12 +329,144 @@ impl Model {
             k_cache: cache("k"),
             v_cache: cache("v"),
             scratch,
+            plans: Vec::new(),
+            sample: ctx.sample_buffers(c.n_vocab)?,
+            sample_dispatch: None,
+            counters: Counters::default(),
         })
     }
 
     /// Evaluates `tokens` after what the session holds and returns the logits of the last
     /// one (prefill when many, one decode step when one).
     pub async fn forward(&self, session: &mut Session, tokens: &[TokenId]) -> Result<Vec<f32>> {
+        self.submit(session, tokens, Tail::Logits).await?;
+        let bytes = self.ctx.read_buffer(&session.scratch.readback).await?;
+        session.counters.bytes_read_back += bytes.len() as u64;
+        Ok(bytemuck::cast_slice(&bytes).to_vec())
+    }
+
+    /// Evaluates `tokens` like [`Model::forward`] but leaves the logits on the GPU for
+    /// [`Model::sample`]; returns once the work is submitted, so the caller can fill the
+    /// next token mask while the GPU runs.
+    pub async fn submit_forward(&self, session: &mut Session, tokens: &[TokenId]) -> Result<()> {
+        self.submit(session, tokens, Tail::Keep).await
+    }
+
+    /// Waits until the GPU has finished what was submitted (natively; in a browser the
+    /// next read-back waits instead). The benchmark's serial baseline: forward, wait, then
+    /// the mask, to measure what overlapping the two hides.
+    pub fn wait_idle(&self) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        self.ctx
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::gpu(format!("waiting for the GPU failed: {e}")).with_source(e))?;
+        Ok(())
+    }
+
+    /// Chooses the next token on the GPU from the logits the last [`Model::submit_forward`]
+    /// left there, as [`crate::sampling::Sampler::sample`] would with `sampling`'s settings
+    /// and draw, considering the first `n` tokens (the tokenizer's, when the model pads its
+    /// output) and, with a mask, only those it allows. Reads back 4 bytes.
+    pub async fn sample(
+        &self,
+        session: &mut Session,
+        token_mask: Option<&[u32]>,
+        n: usize,
+        sampling: &DeviceSampling,
+    ) -> Result<TokenId> {
+        let ctx = &self.ctx;
+        let scope = ErrorScope::push(&ctx.device);
+        let dispatch = self
+            .write_sample_step(session, token_mask, n, sampling)
+            .await?;
+        let mut e = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("sample"),
+            });
+        encode_sample(&mut e, &dispatch, &session.sample);
+        ctx.queue.submit([e.finish()]);
+        scope.pop("sampling on the GPU").await?;
+        session.counters.dispatches += 1;
+        session.counters.submissions += 1;
+        self.read_token(session, n).await
+    }
+
+    /// [`Model::submit_forward`] and [`Model::sample`] in one submission: for a step whose
+    /// mask (if any) is ready before the forward pass, an unconstrained one above all.
+    pub async fn forward_sample(
+        &self,
+        session: &mut Session,
+        tokens: &[TokenId],
+        token_mask: Option<&[u32]>,
+        n: usize,
+        sampling: &DeviceSampling,
+    ) -> Result<TokenId> {
+        let scope = ErrorScope::push(&self.ctx.device);
+        self.write_sample_step(session, token_mask, n, sampling)
+            .await?;
+        scope.pop("sampling on the GPU").await?;
+        self.submit(session, tokens, Tail::Sample).await?;
+        self.read_token(session, n).await
+    }
+
+    /// Checks a sampling step, writes its mask and settings, and returns its dispatch (made
+    /// once per session).
+    async fn write_sample_step(
+        &self,
+        session: &mut Session,
+        token_mask: Option<&[u32]>,
+        n: usize,
+        sampling: &DeviceSampling,
+    ) -> Result<Dispatch> {
+        let ctx = &self.ctx;
+        if n == 0 || n > self.config.n_vocab {
+            return Err(Error::invalid_input(format!(
+                "sampling over {n} tokens, but the model has {} logits",
+                self.config.n_vocab
+            ))
+            .with_param("logits"));
+        }
+        if let Some(m) = token_mask {
+            mask::check_mask_len(m.len(), n)?;
+            check_some_allowed(m, n)?;
+        }
+        let b = &session.sample;
+        let dispatch = match &session.sample_dispatch {
+            Some(d) => d.clone(),
+            None => {
+                let s = &session.scratch;
+                let bindings = [
+                    &s.logits, &b.mask, &b.keys, &b.weights, &b.params, &b.result,
+                ];
+                let d = ctx.prepare(SAMPLE, &bindings, (1, 1, 1)).await?;
+                session.sample_dispatch = Some(d.clone());
+                d
+            }
+        };
+        let b = &session.sample;
+        if let Some(m) = token_mask {
+            ctx.queue.write_buffer(&b.mask, 0, bytemuck::cast_slice(m));
+        }
+        let params = sample_params(n, token_mask.is_some(), sampling);
+        ctx.queue
+            .write_buffer(&b.params, 0, bytemuck::cast_slice(&params));
+        Ok(dispatch)
+    }
+
+    /// Reads back the sampled token's 4 bytes.
+    async fn read_token(&self, session: &mut Session, n: usize) -> Result<TokenId> {
+        let bytes = self.ctx.read_buffer(&session.sample.readback).await?;
+        session.counters.bytes_read_back += bytes.len() as u64;
+        token_of(
+            u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
+            n,
+        )
+    }
+
+    /// Checks `tokens` and submits their chunks, the last one ending as `tail` says.
+    async fn submit(&self, session: &mut Session, tokens: &[TokenId], tail: Tail) -> Result<()> {
         let c = &self.config;
         if tokens.is_empty() {
             return Err(
@@ -281,37 +491,132 @@ impl Model {
         let scope = ErrorScope::push(&self.ctx.device);
         let chunks: Vec<&[TokenId]> = tokens.chunks(MAX_CHUNK).collect();
         for (i, chunk) in chunks.iter().enumerate() {
-            self.run_chunk(session, chunk, i + 1 == chunks.len())
-                .await?;
+            let last = i + 1 == chunks.len();
+            let tail = if last { Some(tail) } else { None };
+            self.run_chunk(session, chunk, tail).await?;
         }
-        scope.pop("running the forward pass").await?;
-        let bytes = self.ctx.read_buffer(&session.scratch.readback).await?;
-        Ok(bytemuck::cast_slice(&bytes).to_vec())
+        scope.pop("running the forward pass").await
     }
 
-    /// Records and submits one chunk; the last one also computes and copies out the logits.
-    async fn run_chunk(&self, session: &mut Session, tokens: &[TokenId], last: bool) -> Result<()> {
+    /// The index in `session.plans` of the plan for chunks of `t` tokens, built if missing.
+    async fn plan_for(&self, session: &mut Session, t: usize) -> Result<usize> {
+        if let Some(i) = session.plans.iter().position(|p| p.tokens == t) {
+            return Ok(i);
+        }
+        let plan = self.build_plan(session, t).await?;
+        session.counters.plans_built += 1;
+        if session.plans.len() >= MAX_PLANS {
+            // Keep decode (1) and full chunks (MAX_CHUNK): drop the oldest other length.
+            let odd = session
+                .plans
+                .iter()
+                .position(|p| p.tokens != 1 && p.tokens != MAX_CHUNK)
+                .unwrap_or(0);
+            session.plans.remove(odd);
+        }
+        session.plans.push(plan);
+        Ok(session.plans.len() - 1)
+    }
+
+    /// Prepares every dispatch of a chunk of `t` tokens over this session's buffers.
+    async fn build_plan(&self, session: &Session, t: usize) -> Result<Plan> {
         let ctx = &self.ctx;
         let c = &self.config;
         let s = &session.scratch;
+        let d = c.n_embd;
+        let shape = AttentionShape {
+            heads: c.n_head,
+            kv_heads: c.n_head_kv,
+            head_dim: c.head_dim,
+            pos0: 0,
+            tokens: t,
+            capacity: session.capacity,
+        };
+        let attention_uniform = ctx.params_buffer("attention.params", &attention_params(shape));
+        let mut embedding = Vec::new();
+        ctx.record_embedding(&mut embedding, &self.tok_embd, &s.ids, &s.x, t)
+            .await?;
+        let (heads, hd, rd) = (c.n_head, c.head_dim, c.rope_dim);
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for (li, l) in self.layers.iter().enumerate() {
+            let mut e = Vec::new();
+            ctx.record_rms_norm(&mut e, (&s.x, &l.attn_norm, &s.h), d, t, c.rms_eps)
+                .await?;
+            ctx.record_matvec(&mut e, &l.wq, &s.h, &s.q, t).await?;
+            ctx.record_matvec(&mut e, &l.wk, &s.h, &s.k, t).await?;
+            ctx.record_matvec(&mut e, &l.wv, &s.h, &s.v, t).await?;
+            ctx.record_rope(&mut e, (&s.q, &s.cos, &s.sin), heads, hd, rd, t)
+                .await?;
+            ctx.record_rope(&mut e, (&s.k, &s.cos, &s.sin), c.n_head_kv, hd, rd, t)
+                .await?;
+            let mut a = Vec::new();
+            let buffers = (
+                &s.q,
+                &session.k_cache[li],
+                &session.v_cache[li],
+                &s.scores,
+                &s.att,
+            );
+            ctx.record_attention_with(&mut a, buffers, &attention_uniform, shape)
+                .await?;
+            ctx.record_matvec(&mut a, &l.wo, &s.att, &s.proj, t).await?;
+            ctx.record_add(&mut a, &s.x, &s.proj, t * d).await?;
+            ctx.record_rms_norm(&mut a, (&s.x, &l.ffn_norm, &s.h), d, t, c.rms_eps)
+                .await?;
+            ctx.record_matvec(&mut a, &l.w_gate, &s.h, &s.gate, t)
+                .await?;
+            ctx.record_matvec(&mut a, &l.w_up, &s.h, &s.up, t).await?;
+            ctx.record_silu_mul(&mut a, &s.gate, &s.up, t * c.n_ff)
+                .await?;
+            ctx.record_matvec(&mut a, &l.w_down, &s.gate, &s.proj, t)
+                .await?;
+            ctx.record_add(&mut a, &s.x, &s.proj, t * d).await?;
+            layers.push((e, a));
+        }
+        let mut head = Vec::new();
+        ctx.record_rms_norm(
+            &mut head,
+            (&s.last, &self.output_norm, &s.normed),
+            d,
+            1,
+            c.rms_eps,
+        )
+        .await?;
+        let output = self.output.as_ref().unwrap_or(&self.tok_embd);
+        ctx.record_matvec(&mut head, output, &s.normed, &s.logits, 1)
+            .await?;
+        Ok(Plan {
+            tokens: t,
+            embedding: embedding.remove(0),
+            layers,
+            head,
+            attention_params: attention_uniform,
+        })
+    }
+
+    /// Records and submits one chunk from its plan; the last one (with a `tail`) also
+    /// computes the logits and ends as `tail` says.
+    async fn run_chunk(
+        &self,
+        session: &mut Session,
+        tokens: &[TokenId],
+        tail: Option<Tail>,
+    ) -> Result<()> {
+        let ctx = &self.ctx;
+        let c = &self.config;
         let t = tokens.len();
         let (d, kv) = (c.n_embd, c.kv_dim());
         let pos0 = session.pos;
         let (cos, sin) = model::rope_table(c, pos0, t);
+        let plan_index = self.plan_for(session, t).await?;
+        let s = &session.scratch;
+        let plan = &session.plans[plan_index];
         ctx.queue
             .write_buffer(&s.ids, 0, bytemuck::cast_slice(tokens));
         ctx.queue
             .write_buffer(&s.cos, 0, bytemuck::cast_slice(&cos));
         ctx.queue
             .write_buffer(&s.sin, 0, bytemuck::cast_slice(&sin));
-
-        let mut e = ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("forward"),
-            });
-        ctx.record_embedding(&mut e, &self.tok_embd, &s.ids, &s.x, t)
-            .await?;
         let shape = AttentionShape {
             heads: c.n_head,
             kv_heads: c.n_head_kv,
@@ -320,54 +625,69 @@ impl Model {
             tokens: t,
             capacity: session.capacity,
         };
+        ctx.queue.write_buffer(
+            &plan.attention_params,
+            0,
+            bytemuck::cast_slice(&attention_params(shape)),
+        );
+
+        let mut e = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("forward"),
+            });
         let kv_offset = (pos0 * kv * 4) as u64;
         let kv_bytes = (t * kv * 4) as u64;
-        for (li, l) in self.layers.iter().enumerate() {
-            ctx.record_rms_norm(&mut e, (&s.x, &l.attn_norm, &s.h), d, t, c.rms_eps)
-                .await?;
-            ctx.record_matvec(&mut e, &l.wq, &s.h, &s.q, t).await?;
-            ctx.record_matvec(&mut e, &l.wk, &s.h, &s.k, t).await?;
-            ctx.record_matvec(&mut e, &l.wv, &s.h, &s.v, t).await?;
-            let (heads, hd, rd) = (c.n_head, c.head_dim, c.rope_dim);
-            ctx.record_rope(&mut e, (&s.q, &s.cos, &s.sin), heads, hd, rd, t)
-                .await?;
-            ctx.record_rope(&mut e, (&s.k, &s.cos, &s.sin), c.n_head_kv, hd, rd, t)
-                .await?;
+        let mut dispatches = 1;
+        // One compute pass between consecutive copies: the embedding and layer 0's first
+        // half, then each layer's second half with the next layer's first half.
+        let mut pass = e.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("forward"),
+            timestamp_writes: None,
+        });
+        plan.embedding.encode(&mut pass);
+        for (li, (before, after)) in plan.layers.iter().enumerate() {
+            before.iter().for_each(|d| d.encode(&mut pass));
+            drop(pass);
             e.copy_buffer_to_buffer(&s.k, 0, &session.k_cache[li], kv_offset, kv_bytes);
             e.copy_buffer_to_buffer(&s.v, 0, &session.v_cache[li], kv_offset, kv_bytes);
-            let kv_pair = (&session.k_cache[li], &session.v_cache[li]);
-            let buffers = (&s.q, kv_pair.0, kv_pair.1, &s.scores, &s.att);
-            ctx.record_attention(&mut e, buffers, shape).await?;
-            ctx.record_matvec(&mut e, &l.wo, &s.att, &s.proj, t).await?;
-            ctx.record_add(&mut e, &s.x, &s.proj, t * d).await?;
-            ctx.record_rms_norm(&mut e, (&s.x, &l.ffn_norm, &s.h), d, t, c.rms_eps)
-                .await?;
-            ctx.record_matvec(&mut e, &l.w_gate, &s.h, &s.gate, t)
-                .await?;
-            ctx.record_matvec(&mut e, &l.w_up, &s.h, &s.up, t).await?;
-            ctx.record_silu_mul(&mut e, &s.gate, &s.up, t * c.n_ff)
-                .await?;
-            ctx.record_matvec(&mut e, &l.w_down, &s.gate, &s.proj, t)
-                .await?;
-            ctx.record_add(&mut e, &s.x, &s.proj, t * d).await?;
+            pass = e.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("forward"),
+                timestamp_writes: None,
+            });
+            after.iter().for_each(|d| d.encode(&mut pass));
+            dispatches += before.len() + after.len();
         }
-        if last {
+        drop(pass);
+        if let Some(tail) = tail {
             let row_bytes = (d * 4) as u64;
             e.copy_buffer_to_buffer(&s.x, (t as u64 - 1) * row_bytes, &s.last, 0, row_bytes);
-            ctx.record_rms_norm(
-                &mut e,
-                (&s.last, &self.output_norm, &s.normed),
-                d,
-                1,
-                c.rms_eps,
-            )
-            .await?;
-            let output = self.output.as_ref().unwrap_or(&self.tok_embd);
-            ctx.record_matvec(&mut e, output, &s.normed, &s.logits, 1)
-                .await?;
-            e.copy_buffer_to_buffer(&s.logits, 0, &s.readback, 0, s.logits.size());
+            let mut pass = e.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("head"),
+                timestamp_writes: None,
+            });
+            plan.head.iter().for_each(|d| d.encode(&mut pass));
+            drop(pass);
+            dispatches += plan.head.len();
+            match tail {
+                Tail::Logits => {
+                    e.copy_buffer_to_buffer(&s.logits, 0, &s.readback, 0, s.logits.size())
+                }
+                Tail::Keep => {}
+                Tail::Sample => {
+                    let dispatch = session
+                        .sample_dispatch
+                        .as_ref()
+                        .ok_or_else(|| Error::gpu("the sampling dispatch was not prepared"))?;
+                    encode_sample(&mut e, dispatch, &session.sample);
+                    dispatches += 1;
+                }
+            }
         }
         ctx.queue.submit([e.finish()]);
+        session.counters.dispatches += dispatches as u64;
+        session.counters.submissions += 1;
+        session.counters.tokens += t as u64;
         session.pos += t;
         session.tokens.extend_from_slice(tokens);
         Ok(())

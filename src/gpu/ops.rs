@@ -16,44 +16,112 @@ pub(crate) const ATTENTION: Kernel = kernel!("attention");
 /// Invocations per workgroup in every kernel of this module.
 const WORKGROUP: u32 = 64;
 
+/// One dispatch made ready to record: its pipeline, its bind group (made once, so a step that
+/// replays it creates nothing) and its workgroup counts.
+#[derive(Debug, Clone)]
+pub(crate) struct Dispatch {
+    pub name: &'static str,
+    pub pipeline: wgpu::ComputePipeline,
+    pub bind_group: wgpu::BindGroup,
+    pub groups: (u32, u32, u32),
+}
+
+/// Where the `record_*` functions put their dispatch.
+pub(crate) trait Sink {
+    fn take(&mut self, dispatch: Dispatch);
+}
+
+impl Sink for wgpu::CommandEncoder {
+    fn take(&mut self, dispatch: Dispatch) {
+        let mut pass = self.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(dispatch.name),
+            timestamp_writes: None,
+        });
+        dispatch.encode(&mut pass);
+    }
+}
+
+impl Sink for Vec<Dispatch> {
+    fn take(&mut self, dispatch: Dispatch) {
+        self.push(dispatch);
+    }
+}
+
+impl Dispatch {
+    /// Records it into an open compute pass.
+    pub(crate) fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(self.groups.0, self.groups.1, self.groups.2);
+    }
+}
+
 impl Context {
-    /// Records one dispatch of `kernel` over `buffers` (bindings 0.., in order) and a uniform
-    /// of `params` words (the last binding).
-    pub(crate) async fn record(
+    /// A [`Dispatch`] of `kernel` over `bindings` (bindings 0.., in order, the uniform among
+    /// them where the shader's table puts it).
+    pub(crate) async fn prepare(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
         kernel: Kernel,
-        buffers: &[&wgpu::Buffer],
-        params: &[u32],
+        bindings: &[&wgpu::Buffer],
         groups: (u32, u32, u32),
-    ) -> Result<()> {
+    ) -> Result<Dispatch> {
         let pipeline = self.pipeline(kernel).await?;
-        let uniform = self.uniform_buffer(kernel.name, params);
-        let mut entries: Vec<_> = buffers
+        let entries: Vec<_> = bindings
             .iter()
             .enumerate()
             .map(|(i, b)| entry(i as u32, b))
             .collect();
-        entries.push(entry(buffers.len() as u32, &uniform));
         let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(kernel.name),
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
         });
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some(kernel.name),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bind_group, &[]);
-        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        Ok(Dispatch {
+            name: kernel.name,
+            pipeline,
+            bind_group,
+            groups,
+        })
+    }
+
+    /// Hands `sink` one dispatch of `kernel` over `buffers` (bindings 0.., in order) and a
+    /// uniform of `params` words (the last binding): an encoder records it in a pass of its
+    /// own (the CPU-twin tests, [`Context::matvec`]), a `Vec` keeps it for the forward pass's
+    /// plan, replayed every step (`model.rs`).
+    pub(crate) async fn record(
+        &self,
+        sink: &mut impl Sink,
+        kernel: Kernel,
+        buffers: &[&wgpu::Buffer],
+        params: &[u32],
+        groups: (u32, u32, u32),
+    ) -> Result<()> {
+        let uniform = self.params_buffer(kernel.name, params);
+        self.record_with_uniform(sink, kernel, buffers, &uniform, &[], groups)
+            .await
+    }
+
+    /// [`Context::record`] with the uniform given, between `before` and `after`.
+    pub(crate) async fn record_with_uniform(
+        &self,
+        sink: &mut impl Sink,
+        kernel: Kernel,
+        before: &[&wgpu::Buffer],
+        uniform: &wgpu::Buffer,
+        after: &[&wgpu::Buffer],
+        groups: (u32, u32, u32),
+    ) -> Result<()> {
+        let mut bindings = before.to_vec();
+        bindings.push(uniform);
+        bindings.extend_from_slice(after);
+        sink.take(self.prepare(kernel, &bindings, groups).await?);
         Ok(())
     }
 
     /// `out[t] = rms_norm(x[t]) * weight` for `tokens` rows of `weight.len()` values.
     pub(crate) async fn record_rms_norm(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut impl Sink,
         (x, weight, out): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
         d: usize,
         tokens: usize,
@@ -74,7 +142,7 @@ impl Context {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn record_rope(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut impl Sink,
         (x, cos, sin): (&wgpu::Buffer, &wgpu::Buffer, &wgpu::Buffer),
         heads: usize,
         head_dim: usize,
@@ -96,7 +164,7 @@ impl Context {
     /// `gate = silu(gate) * up` over `n` values.
     pub(crate) async fn record_silu_mul(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut impl Sink,
         gate: &wgpu::Buffer,
         up: &wgpu::Buffer,
         n: usize,
@@ -115,7 +183,7 @@ impl Context {
     /// `x += y` over `n` values.
     pub(crate) async fn record_add(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut impl Sink,
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         n: usize,
@@ -139,33 +207,63 @@ pub(crate) struct AttentionShape {
     pub capacity: usize,
 }
 
+/// The attention kernel's uniform for `shape` (only `pos0` changes between decode steps: the
+/// plan rewrites this in place, one uniform shared by every layer).
+pub(crate) fn attention_params(shape: AttentionShape) -> [u32; 8] {
+    let scale = 1.0 / (shape.head_dim as f32).sqrt();
+    [
+        shape.heads as u32,
+        shape.kv_heads as u32,
+        shape.head_dim as u32,
+        shape.pos0 as u32,
+        shape.tokens as u32,
+        shape.capacity as u32,
+        scale.to_bits(),
+        0,
+    ]
+}
+
+/// The attention kernel's buffers: q, the layer's K and V caches, the scores scratch, out.
+pub(crate) type AttentionBuffers<'a> = (
+    &'a wgpu::Buffer,
+    &'a wgpu::Buffer,
+    &'a wgpu::Buffer,
+    &'a wgpu::Buffer,
+    &'a wgpu::Buffer,
+);
+
 impl Context {
     /// Causal grouped-query attention of `shape.tokens` queries over a layer's K/V cache.
+    #[cfg(test)]
     pub(crate) async fn record_attention(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
-        (q, k, v, scores, out): (
-            &wgpu::Buffer,
-            &wgpu::Buffer,
-            &wgpu::Buffer,
-            &wgpu::Buffer,
-            &wgpu::Buffer,
-        ),
+        encoder: &mut impl Sink,
+        buffers: AttentionBuffers<'_>,
         shape: AttentionShape,
     ) -> Result<()> {
-        let scale = 1.0 / (shape.head_dim as f32).sqrt();
-        let params = [
-            shape.heads as u32,
-            shape.kv_heads as u32,
-            shape.head_dim as u32,
-            shape.pos0 as u32,
-            shape.tokens as u32,
-            shape.capacity as u32,
-            scale.to_bits(),
-            0,
-        ];
-        let groups = (shape.heads as u32, shape.tokens as u32, 1);
-        self.record(encoder, ATTENTION, &[q, k, v, scores, out], &params, groups)
+        let uniform = self.params_buffer("attention.params", &attention_params(shape));
+        self.record_attention_with(encoder, buffers, &uniform, shape)
             .await
+    }
+
+    /// [`Context::record_attention`] reading its parameters from `uniform`
+    /// ([`attention_params`] of a shape with `shape`'s workgroup counts).
+    pub(crate) async fn record_attention_with(
+        &self,
+        encoder: &mut impl Sink,
+        (q, k, v, scores, out): AttentionBuffers<'_>,
+        uniform: &wgpu::Buffer,
+        shape: AttentionShape,
+    ) -> Result<()> {
+        let groups = (shape.heads as u32, shape.tokens as u32, 1);
+        self.record_with_uniform(
+            encoder,
+            ATTENTION,
+            &[q, k, v, scores, out],
+            uniform,
+            &[],
+            groups,
+        )
+        .await
     }
 }

@@ -8,7 +8,7 @@ use super::{Model, Session};
 use crate::chat_template::render_gguf_user_prompt;
 use crate::error::Result;
 use crate::gguf::Gguf;
-use crate::sampling::{argmax, top_k};
+use crate::sampling::{argmax, top_k, DeviceSampling};
 use crate::tokenizer::Tokenizer;
 use crate::vocab::TokenId;
 
@@ -43,6 +43,49 @@ pub trait Backend {
     fn forward(&mut self, tokens: &[TokenId]) -> Result<Vec<f32>>;
     /// Forgets the positions from `len` on (a no-op when fewer are held).
     fn truncate(&mut self, len: usize);
+
+    /// Whether [`Backend::forward_sample`] works here (the GPU backend: it chooses the token
+    /// on the device and reads back 4 bytes instead of the logits).
+    fn samples_on_device(&self) -> bool {
+        false
+    }
+
+    /// Evaluates `tokens`, then chooses the next token on the device as
+    /// [`crate::sampling::Sampler::sample`] would. `source` gives the step's mask and draw;
+    /// the backend asks for it once the forward pass is submitted, so the CPU fills the mask
+    /// while the device computes.
+    fn forward_sample(
+        &mut self,
+        tokens: &[TokenId],
+        source: &mut dyn StepSource,
+    ) -> Result<TokenId> {
+        let _ = (tokens, source);
+        Err(crate::error::Error::invalid_input(
+            "this backend does not sample on its device (samples_on_device is false)",
+        ))
+    }
+}
+
+/// One sampling step as a device runs it: the constraint's mask over the first `n_vocab`
+/// tokens (`None` = unconstrained) and the sampler's settings and draw.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceStep<'a> {
+    pub mask: Option<&'a [u32]>,
+    pub n_vocab: usize,
+    pub sampling: DeviceSampling,
+}
+
+/// Where [`Backend::forward_sample`] gets its step (the decode loop, `crate::api::Run`).
+pub trait StepSource {
+    /// Fills the step's mask and draws; called once per [`Backend::forward_sample`].
+    fn device_step(&mut self) -> Result<DeviceStep<'_>>;
+
+    /// Whether the step has a mask to fill. Without one there is nothing to overlap with the
+    /// forward pass, and a backend can take the step first and submit the forward pass and
+    /// the sampling together (one submission).
+    fn masks(&self) -> bool {
+        true
+    }
 }
 
 /// The CPU model and one session of it.

@@ -31,8 +31,8 @@ pub mod synthetic;
 mod weights;
 
 pub use generate::{
-    eval, eval_prompt_ids, eval_with, tokenize_json, Backend, CpuBackend, EvalPrompt, EvalReport,
-    Finish,
+    eval, eval_prompt_ids, eval_with, tokenize_json, Backend, CpuBackend, DeviceStep, EvalPrompt,
+    EvalReport, Finish, StepSource,
 };
 pub use weights::Matrix;
 

@@ -34,7 +34,7 @@ use super::to_js_error;
 use crate::api::{Endpoint, Engine as ApiEngine, Forward, Run, RunOptions};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
-use crate::model::{Model, Session};
+use crate::model::{Model, Session, StepSource};
 
 #[wasm_bindgen]
 extern "C" {
@@ -591,16 +591,80 @@ async fn step(inner: Rc<RefCell<Inner>>, run: Rc<RefCell<Run>>) -> Result<Vec<Va
         #[cfg(feature = "gpu")]
         Plan::Gpu(model, mut s) => {
             s.truncate(forward.keep);
-            let logits = model.forward(&mut s, &forward.tokens).await;
+            let on_device = run.try_borrow().is_ok_and(|r| r.samples_on_device());
+            let result = if on_device {
+                gpu_sample_step(&model, &mut s, &run, &forward).await
+            } else {
+                model
+                    .forward(&mut s, &forward.tokens)
+                    .await
+                    .map(StepOutcome::Logits)
+            };
             let mut guard = inner.borrow_mut();
             guard.busy = false;
             if let Backend::Gpu { session, .. } = &mut guard.backend {
                 *session = Some(s);
             }
-            logits?
+            match result? {
+                StepOutcome::Logits(logits) => logits,
+                StepOutcome::Chunks(chunks) => return Ok(chunks),
+            }
         }
     };
     finish_step(&run, &forward, logits)
+}
+
+/// What a GPU step produced: logits for the run, or the chunks of a token sampled on the GPU.
+#[cfg(feature = "gpu")]
+enum StepOutcome {
+    Logits(Vec<f32>),
+    Chunks(Vec<Value>),
+}
+
+/// A step sampled on the GPU: submit the forward pass, fill the mask on the CPU meanwhile,
+/// then sample there and read back the token's 4 bytes. The run is borrowed only between
+/// awaits (cancel stays callable), and a run cancelled meanwhile takes nothing.
+#[cfg(feature = "gpu")]
+async fn gpu_sample_step(
+    model: &crate::gpu::Model,
+    s: &mut crate::gpu::Session,
+    run: &RefCell<Run>,
+    forward: &Forward,
+) -> Result<StepOutcome> {
+    let masks = run.try_borrow().map_err(|_| busy())?.masks();
+    if !masks {
+        // Nothing to fill while the GPU works: the forward pass and the sampling go in one
+        // submission.
+        let (sampling, n_vocab) = {
+            let mut r = run.try_borrow_mut().map_err(|_| busy())?;
+            let step = r.device_step()?;
+            (step.sampling, step.n_vocab)
+        };
+        let token = model
+            .forward_sample(s, &forward.tokens, None, n_vocab, &sampling)
+            .await?;
+        let mut r = run.try_borrow_mut().map_err(|_| busy())?;
+        if r.next_forward() != Some(forward) {
+            return Ok(StepOutcome::Chunks(Vec::new()));
+        }
+        return r.on_token(token).map(StepOutcome::Chunks);
+    }
+    model.submit_forward(s, &forward.tokens).await?;
+    let (mask, n_vocab, sampling) = {
+        let mut r = run.try_borrow_mut().map_err(|_| busy())?;
+        if r.next_forward() != Some(forward) {
+            return Ok(StepOutcome::Chunks(Vec::new()));
+        }
+        let step = r.device_step()?;
+        // A copy of the mask (6 KiB for 49,152 tokens), so no borrow outlives this block.
+        (step.mask.map(<[u32]>::to_vec), step.n_vocab, step.sampling)
+    };
+    let token = model.sample(s, mask.as_deref(), n_vocab, &sampling).await?;
+    let mut r = run.try_borrow_mut().map_err(|_| busy())?;
+    if r.next_forward() != Some(forward) {
+        return Ok(StepOutcome::Chunks(Vec::new()));
+    }
+    r.on_token(token).map(StepOutcome::Chunks)
 }
 
 #[wasm_bindgen]

@@ -11,7 +11,7 @@ use std::io::Write;
 
 use poot::api::{Endpoint, Engine, Run, RunOptions};
 use poot::gguf::Gguf;
-use poot::model::{self, Backend, CpuBackend, EvalPrompt, Model};
+use poot::model::{self, Backend, CpuBackend, EvalPrompt, Model, StepSource};
 use poot::tokenizer::Tokenizer;
 use poot::vocab::TokenId;
 use poot::Error;
@@ -122,7 +122,7 @@ pub(super) fn run_options(endpoint: Endpoint) -> RunOptions {
 }
 
 /// Milliseconds since the first call: the clock `step_stats` time masks with.
-fn monotonic_ms() -> f64 {
+pub(super) fn monotonic_ms() -> f64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     START
         .get_or_init(std::time::Instant::now)
@@ -142,22 +142,42 @@ pub(super) fn backend<'m>(
             model: cpu,
             session: cpu.session(context)?,
         })),
-        "gpu" => {
-            let ctx = Arc::new(pollster::block_on(poot::gpu::Context::new())?);
-            let model = poot::gpu::Model::upload(ctx, cpu)?;
-            let session = model.session(context)?;
-            Ok(Box::new(GpuBackend { model, session }))
-        }
+        "gpu" => Ok(Box::new(GpuBackend::new(cpu, context)?)),
         other => Err(Failure::Usage(format!(
             "`--backend` takes `cpu` or `gpu`, got `{other}`"
         ))),
     }
 }
 
-/// The GPU model behind the decode loop's synchronous [`Backend`] (the CLI may block).
-struct GpuBackend {
-    model: poot::gpu::Model,
-    session: poot::gpu::Session,
+/// The GPU model behind the decode loop's synchronous [`Backend`] (the CLI may block). It
+/// samples on the GPU whenever the run allows (reading back 4 bytes a step), filling the
+/// mask on the CPU between submitting the forward pass and waiting for the token.
+pub(super) struct GpuBackend {
+    pub model: poot::gpu::Model,
+    pub session: poot::gpu::Session,
+    /// Off: read the logits back and sample on the CPU (the benchmark's comparison).
+    pub sample_on_device: bool,
+    /// Off: wait for the forward pass before filling the mask (the benchmark's baseline
+    /// for what the overlap hides).
+    pub overlap: bool,
+    /// Per device-sampled step, when set: milliseconds to submit the forward pass, to fill
+    /// the mask (and draw), and to wait for the token.
+    pub timings: Option<Vec<[f64; 3]>>,
+}
+
+impl GpuBackend {
+    pub(super) fn new(cpu: &Model<&[u8]>, context: usize) -> Result<Self, Failure> {
+        let ctx = Arc::new(pollster::block_on(poot::gpu::Context::new())?);
+        let model = poot::gpu::Model::upload(ctx, cpu)?;
+        let session = model.session(context)?;
+        Ok(GpuBackend {
+            model,
+            session,
+            sample_on_device: true,
+            overlap: true,
+            timings: None,
+        })
+    }
 }
 
 impl Backend for GpuBackend {
@@ -171,6 +191,51 @@ impl Backend for GpuBackend {
 
     fn truncate(&mut self, len: usize) {
         self.session.truncate(len);
+    }
+
+    fn samples_on_device(&self) -> bool {
+        self.sample_on_device
+    }
+
+    fn forward_sample(
+        &mut self,
+        tokens: &[TokenId],
+        source: &mut dyn StepSource,
+    ) -> poot::Result<TokenId> {
+        let t0 = monotonic_ms();
+        if !source.masks() {
+            // Nothing to fill while the GPU works: one submission for the whole step.
+            let step = source.device_step()?;
+            let t1 = monotonic_ms();
+            let token = pollster::block_on(self.model.forward_sample(
+                &mut self.session,
+                tokens,
+                step.mask,
+                step.n_vocab,
+                &step.sampling,
+            ))?;
+            if let Some(timings) = self.timings.as_mut() {
+                timings.push([0.0, t1 - t0, monotonic_ms() - t1]);
+            }
+            return Ok(token);
+        }
+        pollster::block_on(self.model.submit_forward(&mut self.session, tokens))?;
+        if !self.overlap {
+            self.model.wait_idle()?;
+        }
+        let t1 = monotonic_ms();
+        let step = source.device_step()?;
+        let t2 = monotonic_ms();
+        let token = pollster::block_on(self.model.sample(
+            &mut self.session,
+            step.mask,
+            step.n_vocab,
+            &step.sampling,
+        ))?;
+        if let Some(timings) = self.timings.as_mut() {
+            timings.push([t1 - t0, t2 - t1, monotonic_ms() - t2]);
+        }
+        Ok(token)
     }
 }
 
