@@ -5,7 +5,7 @@ quantized dot products, so on a CPU without it (AMD Zen 4: AVX512-VNNI only) the
 SIGILL on the first Q4_1 matmul. F16 matmuls take another code path. Same weights, same
 tokenizer, same chat template; only the storage type differs.
 
-Usage: python dequantize-gguf.py IN.gguf OUT.gguf   (run with the venv's python: it has `gguf`)
+Usage: python dequantize-gguf.py IN.gguf OUT.gguf   (run with the venv's python, which with-llama-server.sh gives `gguf`)
 """
 import sys
 

@@ -44,6 +44,10 @@ if [ "$mode" = always ] || { [ "$mode" = auto ] && ! grep -qw avx_vnni /proc/cpu
   if [ ! -s "$f16" ]; then
     echo "with-llama-server: this CPU lacks AVX-VNNI; writing an F16 copy of the model to $f16" >&2
     mkdir -p "$cache"
+    # The dequantizer reads and writes with the `gguf` package (it brings numpy); the server
+    # wheel does not depend on it.
+    "$venv/bin/python" -c 'import gguf, numpy' 2>/dev/null ||
+      "$venv/bin/pip" install --quiet gguf==0.19.0
     "$venv/bin/python" "$here/dequantize-gguf.py" "$model" "$f16.tmp.$$"
     mv "$f16.tmp.$$" "$f16"
   fi
