@@ -57,9 +57,9 @@ use crate::json_value;
 use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_BYTES, MAX_GRAMMAR_STEP_WORK, MAX_SCHEMA_BYTES};
 use crate::mask::{check_mask_len, words_for, TokenMask};
 use crate::regex::{Dfa, DEAD};
-use crate::vocab::{TokenId, Vocabulary};
+use crate::vocab::{Run, TokenId, Trie, Vocabulary};
 use serde_json::Value;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// The constraint a request carries.
@@ -238,7 +238,14 @@ pub struct Constraint {
     /// One mask per automaton state, computed on first use.
     masks: Vec<OnceLock<Box<[u32]>>>,
     cached_bytes: AtomicUsize,
+    /// [`Run`] per DFA state, computed on first use, `groups` ([`RUN_UNKNOWN`] until then)
+    /// published after `len` (a race computes the same value twice).
+    run_groups: Vec<AtomicU64>,
+    run_lens: Vec<AtomicU8>,
 }
+
+/// Not a [`Run`]'s groups: those never have [`Trie::GROUP_BAD`] set.
+const RUN_UNKNOWN: u64 = u64::MAX;
 
 /// The engine behind a constraint.
 #[derive(Debug)]
@@ -254,7 +261,12 @@ impl Constraint {
     /// Binds an automaton to a vocabulary. Cheap: masks are computed lazily.
     pub fn new(dfa: Dfa, vocab: Arc<Vocabulary>) -> Self {
         let masks = (0..dfa.state_count()).map(|_| OnceLock::new()).collect();
-        Self::with_engine(Engine::Dfa(dfa), vocab, masks)
+        let mut c = Self::with_engine(Engine::Dfa(dfa), vocab, masks);
+        c.run_groups = (0..c.masks.len())
+            .map(|_| AtomicU64::new(RUN_UNKNOWN))
+            .collect();
+        c.run_lens = (0..c.masks.len()).map(|_| AtomicU8::new(0)).collect();
+        c
     }
 
     fn with_engine(
@@ -269,6 +281,8 @@ impl Constraint {
             words,
             masks,
             cached_bytes: AtomicUsize::new(0),
+            run_groups: Vec::new(),
+            run_lens: Vec::new(),
         }
     }
 
@@ -367,10 +381,35 @@ impl Constraint {
 
     fn compute_mask(&self, dfa: &Dfa, state: u32, out: &mut [u32]) {
         out.fill(0);
+        let known = |s: u32| {
+            let i = dfa.index(s);
+            let groups = self.run_groups[i].load(Ordering::Acquire);
+            (groups != RUN_UNKNOWN).then(|| Run {
+                groups,
+                len: self.run_lens[i].load(Ordering::Relaxed),
+            })
+        };
+        let runs = |s: u32| {
+            known(s).unwrap_or_else(|| {
+                Trie::run(
+                    s,
+                    DEAD,
+                    |s, b| dfa.next(s, b),
+                    |b| dfa.byte_class(b),
+                    known,
+                    |s, r| {
+                        let i = dfa.index(s);
+                        self.run_lens[i].store(r.len, Ordering::Relaxed);
+                        self.run_groups[i].store(r.groups, Ordering::Release);
+                    },
+                )
+            })
+        };
         self.vocab.trie().walk(
             state,
             DEAD,
             |s, b| dfa.next(s, b),
+            runs,
             |t| out[t as usize / 32] |= 1 << (t % 32),
         );
         if dfa.is_accepting(state) {

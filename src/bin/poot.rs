@@ -405,6 +405,7 @@ fn coverage_file(
         .unwrap_or_default();
     let (mut rejects, mut accepts) = (Vec::new(), Vec::new());
     let mut times = Vec::new();
+    let mut walk_error = None;
     // Draft 4 tells `1.0` (a number) from `1` (an integer); the canonical form cannot.
     let draft4 = file
         .pointer("/schema/$schema")
@@ -422,8 +423,15 @@ fn coverage_file(
             (false, true) => accepts.push(i),
             (true, true) => {
                 if let Ok(tokens) = vocab.tokenize_greedy(text.as_bytes()) {
-                    let (_, ts, _) = walk(&constraint, &tokens, false);
+                    // Accepted as a whole but not followable token by token (a mask over
+                    // the work limit): a valid instance the engine cannot produce.
+                    let (lines, ts, followed) = walk(&constraint, &tokens, false);
                     times.extend(ts);
+                    if !followed {
+                        rejects.push(i);
+                        let last = lines.last().cloned().unwrap_or_default();
+                        walk_error.get_or_insert((last["code"].clone(), last["error"].clone()));
+                    }
                 }
             }
             _ => {}
@@ -448,6 +456,10 @@ fn coverage_file(
     });
     if !accepts.is_empty() || !rejects.is_empty() {
         line["tests"] = json!(if accepts.is_empty() { rejects } else { accepts });
+    }
+    if let (Some((code, message)), "wrong_reject") = (walk_error, status) {
+        line["code"] = code;
+        line["message"] = message;
     }
     Ok(line)
 }

@@ -201,6 +201,16 @@ fn char_ranges(ranges: &[(u32, u32)], negated: bool) -> Vec<(char, char)> {
     out
 }
 
+/// Whether an expression refers to a rule.
+fn calls_a_rule(e: &Expr) -> bool {
+    match e {
+        Expr::Ref(_) => true,
+        Expr::Seq(v) | Expr::Alt(v) => v.iter().any(calls_a_rule),
+        Expr::Repeat { expr, .. } => calls_a_rule(expr),
+        _ => false,
+    }
+}
+
 fn too_big(rule: &str) -> GrammarError {
     GrammarError::limit_no_pos(format!(
         "needs more than the {GRAMMAR_AUTOMATON_BYTES}-byte automaton limit (while compiling rule `{rule}`)"
@@ -210,15 +220,28 @@ fn too_big(rule: &str) -> GrammarError {
 /// Compiles a parsed grammar.
 pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
     let inline = inlined_rules(ast);
-    match compile_with(ast, &inline) {
-        // Inlining copies a rule into every caller; when the copies are what passes the
-        // bound (a schema's GBNF with a small rule used in hundreds of places), compile
-        // without them.
-        Err(e) if e.limit && inline.iter().any(|&i| i) => {
-            compile_with(ast, &vec![false; ast.rules.len()])
+    // Inlining copies a rule into every caller; when the copies are what passes the bound (a
+    // schema's GBNF with a small rule used in hundreds of places, or blocks of blocks of a
+    // counted string), inline only the rules that call none, then none. Keeping the leaves
+    // (a string character) matters: a character behind a call costs a frame per byte, and
+    // a `maxLength: 32767` string's cold masks took ~15 ms instead of ~1.
+    let leaves: Vec<bool> = inline
+        .iter()
+        .zip(&ast.rules)
+        .map(|(&i, rule)| i && !calls_a_rule(&rule.body))
+        .collect();
+    let mut result = compile_with(ast, &inline);
+    let mut tried = inline;
+    for fallback in [leaves, vec![false; ast.rules.len()]] {
+        if !matches!(&result, Err(e) if e.limit) {
+            break;
         }
-        other => other,
+        if fallback != tried {
+            result = compile_with(ast, &fallback);
+            tried = fallback;
+        }
     }
+    result
 }
 
 fn compile_with(ast: &Ast, inline: &[bool]) -> Result<Grammar, GrammarError> {

@@ -13,7 +13,7 @@
 use super::{BitSet256, Grammar, NONE, SLOW};
 use crate::error::{Error, Result};
 use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_STEP_WORK};
-use crate::vocab::{TokenId, Trie, Vocabulary};
+use crate::vocab::{Run, TokenId, Trie, Vocabulary};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -488,56 +488,24 @@ fn groups(set: &BitSet256) -> u64 {
     out
 }
 
-/// The groups of characters (see [`Trie::byte_group`]) on which `t` loops: every character
-/// of the group leads from `t` back to `t` within its rule. A head at `t` stays alive
-/// through any valid UTF-8 made of those characters (a token ending inside one included),
-/// so a walk where some head is at `t` accepts every token of a subtree whose `below` is
-/// within these groups, whatever else the heads could do (a mask is a union).
-fn loop_groups(g: &Grammar, t: u32) -> u64 {
-    let f = |s: u32, b: u8| g.trans[s as usize * g.stride + usize::from(g.classes[usize::from(b)])];
-    let mut all = 0;
-    let mut fail = 0;
-    for b in 0..=0x7fu8 {
-        let bit = Trie::byte_group(b);
-        all |= bit;
-        if f(t, b) != t {
-            fail |= bit;
+/// The [`Run`] of every rule-DFA state (within its rule: a call or a return ends a run).
+fn state_runs(g: &Grammar) -> Vec<Run> {
+    let next =
+        |s: u32, b: u8| g.trans[s as usize * g.stride + usize::from(g.classes[usize::from(b)])];
+    let runs: Vec<std::cell::Cell<Option<Run>>> = vec![Default::default(); g.state_count()];
+    for t in 0..g.state_count() as u32 {
+        if runs[t as usize].get().is_none() {
+            Trie::run(
+                t,
+                NONE,
+                next,
+                |b| g.classes[usize::from(b)],
+                |s| runs[s as usize].get(),
+                |s, r| runs[s as usize].set(Some(r)),
+            );
         }
     }
-    // From `s`, every byte sequence of `ranges` (distinct classes only) must stay alive
-    // and end at `t`.
-    fn rest(g: &Grammar, t: u32, s: u32, ranges: &[(u8, u8)]) -> bool {
-        let Some((&(lo, hi), more)) = ranges.split_first() else {
-            return s == t;
-        };
-        if s == NONE {
-            return false;
-        }
-        let mut seen = [false; 256];
-        (lo..=hi).all(|b| {
-            let c = usize::from(g.classes[usize::from(b)]);
-            if std::mem::replace(&mut seen[c], true) {
-                return true;
-            }
-            rest(g, t, g.trans[s as usize * g.stride + c], more)
-        })
-    }
-    for lead in 0xc2..=0xf4u8 {
-        let bit = Trie::byte_group(lead);
-        all |= bit;
-        if fail & bit != 0 {
-            continue;
-        }
-        let Some((second, k)) = Trie::utf8_second(lead) else {
-            continue;
-        };
-        let mut ranges = vec![second];
-        ranges.resize(k, (0x80, 0xbf));
-        if !rest(g, t, f(t, lead), &ranges) {
-            fail |= bit;
-        }
-    }
-    all & !fail
+    runs.iter().map(|r| r.get().unwrap_or(Run::NONE)).collect()
 }
 
 /// Whole token masks by the sorted stack hashes of a parse state.
@@ -555,8 +523,8 @@ pub(crate) struct Index {
     /// Masks of a lone frame below a depth-1 trie node, by (state, node).
     below: Mutex<HashMap<(u32, u32), Arc<StateMasks>>>,
     cached_bytes: AtomicUsize,
-    /// [`loop_groups`] per state (all 0 when subtree skips are off, for tests).
-    loops: Vec<u64>,
+    /// [`state_runs`] (all [`Run::NONE`] when subtree skips are off, for tests).
+    runs: Vec<Run>,
 }
 
 #[inline]
@@ -570,11 +538,9 @@ impl Index {
             .map(|_| OnceLock::new())
             .collect();
         let words = crate::mask::words_for(vocab.len());
-        let loops = (0..grammar.state_count() as u32)
-            .map(|t| loop_groups(&grammar, t))
-            .collect();
+        let runs = state_runs(&grammar);
         Index {
-            loops,
+            runs,
             grammar,
             vocab,
             words,
@@ -592,7 +558,7 @@ impl Index {
     /// Turns the subtree skips off: every walk visits each live node (tests compare both).
     #[cfg(test)]
     fn without_skips(mut self) -> Self {
-        self.loops.fill(0);
+        self.runs.fill(Run::NONE);
         self
     }
 
@@ -704,7 +670,7 @@ impl Index {
                 walker
                     .walk(
                         g,
-                        &self.loops,
+                        &self.runs,
                         trie,
                         &[],
                         Some(n as usize),
@@ -723,7 +689,7 @@ impl Index {
                 walker
                     .walk(
                         g,
-                        &self.loops,
+                        &self.runs,
                         trie,
                         &[],
                         Some(n),
@@ -756,7 +722,7 @@ impl Index {
                             walker
                                 .walk(
                                     g,
-                                    &self.loops,
+                                    &self.runs,
                                     trie,
                                     &[],
                                     Some(i),
@@ -884,7 +850,7 @@ impl Index {
             walker.temp.clear();
             walker.walk(
                 &self.grammar,
-                &self.loops,
+                &self.runs,
                 trie,
                 &parse.frames,
                 Some(n as usize),
@@ -935,7 +901,7 @@ impl Walker {
     fn walk(
         &mut self,
         g: &Grammar,
-        loops: &[u64],
+        runs: &[Run],
         trie: &Trie,
         base: &[Frame],
         root: Option<usize>,
@@ -982,19 +948,20 @@ impl Walker {
                 list.push(n as u32);
             }
         }
-        // A subtree is taken whole when a head loops on all its characters (`loop_groups`):
-        // 262k-token masks of string and identifier loops then visit a few percent of the
-        // nodes (json's worst cold mask 5.3 -> ~1 ms).
+        // A subtree is taken whole when a head's run covers it ([`Run`]): 262k-token masks
+        // of string and identifier loops then visit a few percent of the nodes (json's worst
+        // cold mask 5.3 -> ~1 ms), and counted stretches (`[^"]{0,40}`) most of theirs.
         let follow_groups = exits.as_ref().map_or(0, |(follow, _)| groups(follow));
-        let skip = |fr: &Frames, lv: &Level, t: u32, pool: &[u32], sub: u64| -> bool {
+        let skip = |fr: &Frames, lv: &Level, t: u32, pool: &[u32], node: usize| -> bool {
+            let (sub, height) = (trie.below(node), trie.height(node));
             if t != NONE {
-                return loops[t as usize] & sub == sub;
+                return runs[t as usize].covers(sub, height);
             }
             let heads = &pool[lv.start..lv.end];
             heads.len() <= 8
                 && heads
                     .iter()
-                    .any(|&h| loops[fr.get(h).state as usize] & sub == sub)
+                    .any(|&h| runs[fr.get(h).state as usize].covers(sub, height))
         };
         let take = |i: usize, out: &mut [u32]| {
             #[cfg(test)]
@@ -1004,7 +971,7 @@ impl Walker {
             }
         };
         if let Some(n) = root {
-            if skip(&fr, &levels[0], top, pool, trie.below(n)) {
+            if skip(&fr, &levels[0], top, pool, n) {
                 work.tick(1)?;
                 take(n, out);
                 return Ok(());
@@ -1092,7 +1059,7 @@ impl Walker {
                 }
                 tops[d] = new_top;
                 let li = at[d];
-                if skip(&fr, &levels[li], new_top, pool, trie.below(i)) {
+                if skip(&fr, &levels[li], new_top, pool, i) {
                     work.tick(1)?;
                     take(i, out);
                     i = next;
@@ -1185,7 +1152,10 @@ mod tests {
         let g = Grammar::new(grammar).unwrap();
         let fast = Index::new(g.clone(), vocab.clone());
         let slow = Index::new(g.clone(), vocab.clone()).without_skips();
-        assert!(fast.loops.iter().any(|&l| l != 0), "some state loops");
+        assert!(
+            fast.runs.iter().any(|&r| r != Run::NONE),
+            "some state has a run"
+        );
         let words = crate::mask::words_for(vocab.len());
         let (mut a, mut b) = (vec![0u32; words], vec![0u32; words]);
         let skips = SKIPS.load(Ordering::Relaxed);
@@ -1241,6 +1211,22 @@ mod tests {
         check(
             "root ::= \"(\" w \"b\" w \")\" (w [a-z] \";\")*\nw ::= [ a-zé]* (\"[\" w \"]\")?",
             &["(aab b)x;é b;", "(b[ab]b)ab;"],
+        );
+        // Counted stretches (runs shorter than a loop): inline, and as the nested blocks of
+        // a JSON Schema string with `maxLength: 300`.
+        check(
+            "root ::= \"\\\"\" [^\"\\\\]{0,20} \"\\\"\" (\",\" [a-zé]{3,9})?",
+            &["\"ab aé\",zzé", "\"\""],
+        );
+        let long = crate::json_schema::JsonSchema::compile(
+            &serde_json::json!({"type": "string", "maxLength": 300}),
+            "guided_json",
+        )
+        .unwrap()
+        .gbnf();
+        check(
+            &long,
+            &["\"aé こ😀 ab_7 zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz\""],
         );
     }
 }

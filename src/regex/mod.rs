@@ -368,6 +368,12 @@ impl Dfa {
         self.trans[state as usize + usize::from(self.classes[usize::from(byte)])]
     }
 
+    /// The class of byte `b`: bytes of one class lead every state to the same next state.
+    #[inline]
+    pub(crate) fn byte_class(&self, b: u8) -> u8 {
+        self.classes[usize::from(b)]
+    }
+
     /// The state after `bytes` (stays [`DEAD`] once dead).
     pub fn walk(&self, mut state: u32, bytes: &[u8]) -> u32 {
         for &b in bytes {

@@ -21,7 +21,7 @@ pub mod gpt2;
 mod hf;
 mod trie;
 
-pub(crate) use trie::Trie;
+pub(crate) use trie::{Run, Trie};
 
 use crate::error::{Error, Result};
 

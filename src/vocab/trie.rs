@@ -32,6 +32,34 @@ pub(crate) struct Trie {
     /// not UTF-8: a grammar state that loops on all those groups takes the whole subtree, so a
     /// walk marks its tokens without visiting it (8 bytes a node, ~1.2 MB at 49k tokens).
     below: Vec<u64>,
+    /// Per node, how many characters the longest token below it has past the node (255 at
+    /// most): a subtree is taken whole when a state's [`Run`] is at least this long (200 KB
+    /// at 49k).
+    height: Vec<u8>,
+}
+
+/// What an automaton state absorbs without a check: any string of at most `len` characters,
+/// each from the character `groups` (see [`Trie::byte_group`]), keeps it alive, a string
+/// ending inside a character included. `len` [`Run::UNBOUNDED`] is a loop (`[^"]*`), a
+/// smaller one a counted stretch (`[^"]{0,40}` with 30 characters to go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Run {
+    pub(crate) groups: u64,
+    pub(crate) len: u8,
+}
+
+impl Run {
+    /// Absorbs nothing.
+    pub(crate) const NONE: Run = Run { groups: 0, len: 0 };
+    /// A loop: any number of characters.
+    pub(crate) const UNBOUNDED: u8 = u8::MAX;
+
+    /// Whether every token of a subtree whose [`Trie::below`] is `below` and whose
+    /// [`Trie::height`] is `height` keeps the state alive.
+    #[inline(always)]
+    pub(crate) fn covers(self, below: u64, height: u8) -> bool {
+        below & self.groups == below && height <= self.len
+    }
 }
 
 impl Trie {
@@ -86,11 +114,13 @@ impl Trie {
             byte: 0,
         });
         let below = Self::summarize(&nodes, max_depth);
+        let height = Self::heights(&nodes, max_depth);
         Ok(Trie {
             nodes,
             tokens,
             max_depth,
             below,
+            height,
         })
     }
 
@@ -189,6 +219,37 @@ impl Trie {
         below
     }
 
+    /// [`Trie::height`] of every node: each node's character depth (its bytes that are
+    /// not UTF-8 continuation bytes) forwards, then the deepest below each node backwards
+    /// with the same per-depth accumulators as `summarize`.
+    fn heights(nodes: &[Node], max_depth: usize) -> Vec<u8> {
+        let n = nodes.len() - 1;
+        let mut chars = vec![0usize; n];
+        let mut at_depth = vec![0usize; max_depth + 1];
+        for i in 0..n {
+            let d = usize::from(nodes[i].depth);
+            let starts = usize::from(!(0x80..=0xbf).contains(&nodes[i].byte));
+            chars[i] = at_depth[d - 1] + starts;
+            at_depth[d] = chars[i];
+        }
+        let mut height = vec![0u8; n];
+        let mut acc = vec![0usize; max_depth + 2];
+        for i in (0..n).rev() {
+            let d = usize::from(nodes[i].depth);
+            let deepest = std::mem::take(&mut acc[d + 1]).max(chars[i]);
+            height[i] = (deepest - chars[i]).min(usize::from(u8::MAX)) as u8;
+            acc[d] = acc[d].max(deepest);
+        }
+        height
+    }
+
+    /// How many characters the longest token below node `i` has past it (255 at most; a
+    /// character split by the token's end counts).
+    #[inline(always)]
+    pub(crate) fn height(&self, i: usize) -> u8 {
+        self.height[i]
+    }
+
     /// [`Trie::below`] of node `i`.
     #[inline(always)]
     pub(crate) fn below(&self, i: usize) -> u64 {
@@ -247,12 +308,18 @@ impl Trie {
 
     /// Walks every token path from automaton state `start`, following `next(state, byte)`
     /// and pruning at `dead`; calls `allow` for each token whose whole path stays alive.
+    ///
+    /// `runs(state)` is the state's [`Run`] (or [`Run::NONE`] to never skip): a subtree of
+    /// more than [`Trie::SKIP_MIN_NODES`] nodes that the run of the state reached covers is
+    /// taken whole without being visited, so a string-interior state of a 49k-token
+    /// vocabulary marks its ~45k tokens by visiting a few thousand of the ~200k nodes.
     #[inline]
     pub(crate) fn walk(
         &self,
         start: u32,
         dead: u32,
         next: impl Fn(u32, u8) -> u32,
+        mut runs: impl FnMut(u32) -> Run,
         mut allow: impl FnMut(TokenId),
     ) {
         let mut states = vec![start; self.max_depth + 1];
@@ -271,8 +338,163 @@ impl Trie {
             for &t in &self.tokens[node.tok_start as usize..nodes[i + 1].tok_start as usize] {
                 allow(t);
             }
+            if node.next as usize - i > Self::SKIP_MIN_NODES
+                && runs(s).covers(self.below[i], self.height[i])
+            {
+                for &t in self.subtree_tokens(i) {
+                    allow(t);
+                }
+                i = node.next as usize;
+                continue;
+            }
             i += 1;
         }
+    }
+
+    /// Subtrees of more nodes than this are worth a [`Run`] test in [`Trie::walk`]; below
+    /// it, visiting is as cheap as testing.
+    pub(crate) const SKIP_MIN_NODES: usize = 8;
+
+    /// The [`Run`] of automaton state `t`. `next` must keep `dead` dead; `class(b)` groups
+    /// bytes that `next` treats alike (each byte its own class is correct, only slower).
+    /// `known(s)` returns runs computed before and `store` records the ones computed here:
+    /// a counted stretch is a chain of states, each one's run one longer than its
+    /// successor's, so a chain of 40 costs one [`Trie::step`] per state, once.
+    pub(crate) fn run(
+        t: u32,
+        dead: u32,
+        next: impl Fn(u32, u8) -> u32,
+        class: impl Fn(u8) -> u8,
+        known: impl Fn(u32) -> Option<Run>,
+        mut store: impl FnMut(u32, Run),
+    ) -> Run {
+        // Follow the chain of single successors to a state whose run is known, a loop, a
+        // state without one, or 255 states; then fill the runs in backwards.
+        let mut chain: Vec<(u32, u64)> = Vec::new();
+        let mut s = t;
+        let mut tail = loop {
+            if let Some(r) = known(s) {
+                break r;
+            }
+            let (groups, succ) = Self::step(s, dead, &next, &class);
+            if groups == 0 {
+                store(s, Run::NONE);
+                break Run::NONE;
+            }
+            if succ == s {
+                let r = Run {
+                    groups,
+                    len: Run::UNBOUNDED,
+                };
+                store(s, r);
+                break r;
+            }
+            chain.push((s, groups));
+            // A cycle of several states, or a chain too long to count: the successor is
+            // taken to absorb nothing, which only shortens the runs.
+            if chain.len() == usize::from(u8::MAX) || chain.iter().any(|&(c, _)| c == succ) {
+                break Run::NONE;
+            }
+            s = succ;
+        };
+        while let Some((c, groups)) = chain.pop() {
+            tail = if tail.groups & groups == groups {
+                Run {
+                    groups,
+                    len: if tail.len == Run::UNBOUNDED {
+                        Run::UNBOUNDED
+                    } else {
+                        (tail.len + 1).min(Run::UNBOUNDED - 1)
+                    },
+                }
+            } else {
+                Run { groups, len: 1 }
+            };
+            store(c, tail);
+        }
+        tail
+    }
+
+    /// The character groups whose every character, as its whole UTF-8 sequence, leads from
+    /// `t` to one same live state, and that state: of the states some whole group leads to,
+    /// the one most groups do (the lowest on a tie). `(0, dead)` when there is none.
+    pub(crate) fn step(
+        t: u32,
+        dead: u32,
+        next: &impl Fn(u32, u8) -> u32,
+        class: &impl Fn(u8) -> u8,
+    ) -> (u64, u32) {
+        // Per group bit: its one successor, `dead` when its characters disagree or die.
+        const UNSET: u32 = u32::MAX - 1;
+        let mut succ = [UNSET; 64];
+        let mut meet = |bit: u64, n: u32| {
+            let g = bit.trailing_zeros() as usize;
+            succ[g] = match succ[g] {
+                UNSET => n,
+                m if m == n => m,
+                _ => dead,
+            };
+        };
+        for b in 0..=0x7fu8 {
+            meet(Self::byte_group(b), next(t, b));
+        }
+        // The one state every byte sequence of `ranges` (one byte per class) leads to from
+        // `s`, or `dead`.
+        fn end(
+            s: u32,
+            dead: u32,
+            ranges: &[(u8, u8)],
+            next: &impl Fn(u32, u8) -> u32,
+            class: &impl Fn(u8) -> u8,
+        ) -> u32 {
+            let Some((&(lo, hi), more)) = ranges.split_first() else {
+                return s;
+            };
+            if s == dead {
+                return dead;
+            }
+            let mut seen = [false; 256];
+            let mut one = None;
+            for b in lo..=hi {
+                if std::mem::replace(&mut seen[usize::from(class(b))], true) {
+                    continue;
+                }
+                let e = end(next(s, b), dead, more, next, class);
+                if e == dead || one.is_some_and(|o| o != e) {
+                    return dead;
+                }
+                one = Some(e);
+            }
+            one.unwrap_or(dead)
+        }
+        for lead in 0xc2..=0xf4u8 {
+            let Some((second, k)) = Self::utf8_second(lead) else {
+                continue;
+            };
+            let mut ranges = [(0x80, 0xbf); 3];
+            ranges[0] = second;
+            meet(
+                Self::byte_group(lead),
+                end(next(t, lead), dead, &ranges[..k], next, class),
+            );
+        }
+        // The successor most groups share.
+        let mut best = (0u64, dead);
+        for g in 0..64 {
+            let n = succ[g];
+            if n == UNSET || n == dead {
+                continue;
+            }
+            let groups = (0..64)
+                .filter(|&h| succ[h] == n)
+                .fold(0u64, |a, h| a | 1 << h);
+            let better = groups.count_ones() > best.0.count_ones()
+                || (groups.count_ones() == best.0.count_ones() && n < best.1);
+            if better {
+                best = (groups, n);
+            }
+        }
+        best
     }
 
     /// The token with the longest bytes that are a prefix of `text` (lowest id among equals).
@@ -318,7 +540,7 @@ mod tests {
         let t = trie(&[b"b", b"ab", b"a", b"abc", b"ab", b"ba"]);
         assert_eq!(t.node_count(), 5); // a, ab, abc, b, ba
         let mut seen = Vec::new();
-        t.walk(1, 0, |s, _| s, |id| seen.push(id));
+        t.walk(1, 0, |s, _| s, |_| Run::NONE, |id| seen.push(id));
         seen.sort();
         assert_eq!(seen, vec![0, 1, 2, 3, 4, 5]);
     }
@@ -333,7 +555,7 @@ mod tests {
             _ => 0,
         };
         let mut seen = Vec::new();
-        t.walk(1, 0, next, |id| seen.push(id));
+        t.walk(1, 0, next, |_| Run::NONE, |id| seen.push(id));
         seen.sort();
         assert_eq!(seen, vec![1, 2]);
     }
@@ -369,5 +591,147 @@ mod tests {
         let all = (0..=0xf4u8).fold(0u64, |a, b| a | g(b));
         assert_eq!(all.count_ones(), 60);
         assert_eq!(all & Trie::GROUP_BAD, 0);
+    }
+
+    /// Every text of 1 to 4 pieces over loop characters (ASCII and 2-, 3- and 4-byte), and of
+    /// 1 or 2 pieces also over loop enders and a split character: subtrees of every shape,
+    /// pure ones from the second character on (~2.9k tokens).
+    fn deep_trie() -> Trie {
+        let plain: [&[u8]; 7] = [
+            b"a",
+            b"b",
+            b" ",
+            b"0",
+            "\u{e9}".as_bytes(),
+            "\u{20ac}".as_bytes(),
+            "\u{1f600}".as_bytes(),
+        ];
+        let enders: [&[u8]; 3] = [b"\"", b"\\", &[0xe2, 0x82]];
+        let mixed: Vec<&[u8]> = plain.iter().chain(&enders).copied().collect();
+        let mut all = Vec::new();
+        for (pieces, most) in [(&plain[..], 4), (&mixed[..], 2)] {
+            let mut tokens: Vec<Vec<u8>> = vec![Vec::new()];
+            for _ in 0..most {
+                tokens = tokens
+                    .iter()
+                    .flat_map(|t| pieces.iter().map(move |p| [t.as_slice(), p].concat()))
+                    .collect();
+                all.extend(tokens.iter().cloned());
+            }
+        }
+        all.push(b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".to_vec());
+        let refs: Vec<&[u8]> = all.iter().map(Vec::as_slice).collect();
+        trie(&refs)
+    }
+
+    #[test]
+    fn walks_that_take_subtrees_by_runs_allow_exactly_what_full_walks_do() {
+        use crate::regex::{Dfa, DEAD};
+        use std::cell::{Cell, RefCell};
+        use std::collections::HashMap;
+        let t = deep_trie();
+        let mut skipped = 0;
+        for pattern in [
+            r#""[^"\\]*""#,
+            r#""([^"\\]|\\.){0,6}"x"#,
+            r#""[^"\\]{2,9}"(,"[a-z ]{0,3}")?"#,
+            r#""[^"\\]{0,3}""#,
+            r#"[^"]{1,4}"\\"#,
+            "[ab ]{0,7}0",
+            "(ab){0,5}[^a]{1,4}",
+            ".{0,3}a",
+            "[a\u{e9}\u{20ac} ]{1,12}",
+        ] {
+            let dfa = Dfa::new(pattern).unwrap();
+            let memo = RefCell::new(HashMap::new());
+            let nexts = Cell::new(0usize);
+            let next = |s: u32, b: u8| {
+                nexts.set(nexts.get() + 1);
+                dfa.next(s, b)
+            };
+            let runs = |s: u32| {
+                let known = |x: u32| memo.borrow().get(&x).copied();
+                known(s).unwrap_or_else(|| {
+                    Trie::run(
+                        s,
+                        DEAD,
+                        |s, b| dfa.next(s, b),
+                        |b| dfa.byte_class(b),
+                        known,
+                        |x, r| {
+                            memo.borrow_mut().insert(x, r);
+                        },
+                    )
+                })
+            };
+            // Every live state, breadth first over bytes.
+            let mut states = vec![dfa.start()];
+            let mut k = 0;
+            while k < states.len() {
+                for b in 0..=255u8 {
+                    let n = dfa.next(states[k], b);
+                    if n != DEAD && !states.contains(&n) {
+                        states.push(n);
+                    }
+                }
+                k += 1;
+            }
+            for &s in &states {
+                let (mut full, mut fast) = (Vec::new(), Vec::new());
+                nexts.set(0);
+                t.walk(s, DEAD, next, |_| Run::NONE, |id| full.push(id));
+                let visited = nexts.get();
+                nexts.set(0);
+                t.walk(s, DEAD, next, runs, |id| fast.push(id));
+                if nexts.get() < visited {
+                    skipped += 1;
+                }
+                full.sort_unstable();
+                fast.sort_unstable();
+                assert_eq!(full, fast, "{pattern:?} at state {s}");
+            }
+        }
+        assert!(skipped > 10, "subtrees were taken whole in {skipped} walks");
+    }
+
+    #[test]
+    fn runs_count_the_characters_left_in_a_counted_stretch() {
+        use crate::regex::{Dfa, DEAD};
+        // Four character groups against one: the stretch's successor is the one to follow.
+        let dfa = Dfa::new("[a-zA-Z0-9 \u{e9}]{0,5}!").unwrap();
+        let run = |s: u32| {
+            Trie::run(
+                s,
+                DEAD,
+                |s, b| dfa.next(s, b),
+                |b| dfa.byte_class(b),
+                |_| None,
+                |_, _| {},
+            )
+        };
+        let lower = Trie::byte_group(b'a');
+        let mut s = dfa.start();
+        for left in (1..=5u8).rev() {
+            let r = run(s);
+            assert_eq!(r.len, left);
+            assert_eq!(r.groups & lower, lower);
+            assert_eq!(r.groups & Trie::byte_group(b'!'), 0);
+            s = dfa.walk(s, "\u{e9}".as_bytes());
+        }
+        let end = Run {
+            groups: Trie::byte_group(b'!'),
+            len: 1,
+        };
+        assert_eq!(run(s), end);
+        let looping = Dfa::new("[^!]*!").unwrap();
+        let r = Trie::run(
+            looping.start(),
+            DEAD,
+            |s, b| looping.next(s, b),
+            |b| looping.byte_class(b),
+            |_| None,
+            |_, _| {},
+        );
+        assert_eq!(r.len, Run::UNBOUNDED);
     }
 }
