@@ -134,8 +134,7 @@ impl Context {
             bytemuck::cast_slice(&words),
             wgpu::BufferUsages::empty(),
         );
-        self.weight_bytes
-            .fetch_add(buffer.size(), std::sync::atomic::Ordering::Relaxed);
+        super::WEIGHT_BYTES_UPLOADED.fetch_add(buffer.size(), std::sync::atomic::Ordering::Relaxed);
         Ok(Matrix {
             buffer,
             format,

@@ -103,9 +103,15 @@ pub struct Context {
     apply_token_mask: mask::MaskKernel,
     /// Single-entry-point kernels by shader name and variant, built on first use.
     pipelines: Mutex<HashMap<(&'static str, Variant), wgpu::ComputePipeline>>,
-    /// Bytes of weight matrices uploaded so far ([`Context::weight_bytes_uploaded`]).
-    weight_bytes: AtomicU64,
 }
+
+/// Bytes of weight matrices uploaded by this process so far, on every context: a server that
+/// keeps its model across requests uploads them once (`poot serve`'s test checks it).
+pub fn weight_bytes_uploaded() -> u64 {
+    WEIGHT_BYTES_UPLOADED.load(Ordering::Relaxed)
+}
+
+static WEIGHT_BYTES_UPLOADED: AtomicU64 = AtomicU64::new(0);
 
 /// A kernel: its shader file's name and source. The entry point is always `main`.
 #[derive(Debug, Clone, Copy)]
@@ -248,19 +254,12 @@ impl Context {
             max_binding_bytes,
             apply_token_mask,
             pipelines: Mutex::new(HashMap::new()),
-            weight_bytes: AtomicU64::new(0),
         })
     }
 
     /// The adapter this context runs on.
     pub fn adapter(&self) -> &AdapterSummary {
         &self.adapter
-    }
-
-    /// Bytes of weight matrices uploaded through this context so far: a server that reuses
-    /// its model across requests uploads them once (`poot serve`'s test checks it).
-    pub fn weight_bytes_uploaded(&self) -> u64 {
-        self.weight_bytes.load(Ordering::Relaxed)
     }
 
     /// The optional features the kernels use on this device.
