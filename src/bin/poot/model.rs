@@ -137,14 +137,15 @@ pub(super) fn monotonic_ms() -> f64 {
 /// here, and every run gets its own session from them ([`Weights::backend`]).
 pub(super) enum Weights<'m> {
     Cpu(&'m Model<&'m [u8]>),
-    Gpu(poot::gpu::Model),
+    // Boxed: made once per process, and clippy's large_enum_variant (256 bytes vs 8).
+    Gpu(Box<poot::gpu::Model>),
 }
 
 impl<'m> Weights<'m> {
     pub(super) fn load(name: Option<&String>, cpu: &'m Model<&'m [u8]>) -> Result<Self, Failure> {
         match name.map(String::as_str).unwrap_or("cpu") {
             "cpu" => Ok(Weights::Cpu(cpu)),
-            "gpu" => Ok(Weights::Gpu(upload(cpu)?)),
+            "gpu" => Ok(Weights::Gpu(Box::new(upload(cpu)?))),
             other => Err(Failure::Usage(format!(
                 "`--backend` takes `cpu` or `gpu`, got `{other}`"
             ))),
