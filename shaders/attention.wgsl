@@ -12,6 +12,10 @@
 //
 // Dispatch: (heads, tokens, 1) workgroups of WG invocations: they stride over positions for
 // the scores, then over dimensions for the weighted sum of values.
+//
+// Variants (src/gpu/variant.rs): with `subgroups` the softmax's max and sum are a subgroupMax /
+// subgroupAdd per subgroup and one pass over the subgroups' results (2 barriers each instead of
+// 8); any subgroup size works, including one larger than the workgroup.
 
 const WG: u32 = 64u;
 
@@ -33,8 +37,42 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<uniform> params: Params;
 
+// One per invocation (f32) or per subgroup (subgroups: at most WG of them, size >= 1).
 var<workgroup> reduction: array<f32, WG>;
 
+//#if subgroups
+var<private> subgroup_lane: u32;
+var<private> subgroup: u32;
+var<private> subgroups: u32;
+
+// Each subgroup's result in `reduction[subgroup]`, then every invocation combines them in the
+// same order (so all get the same value); the last barrier lets the next reduction reuse the
+// array.
+fn combine_subgroups(value: f32, is_max: bool) -> f32 {
+    if (subgroup_lane == 0u) {
+        reduction[subgroup] = value;
+    }
+    workgroupBarrier();
+    var result = reduction[0];
+    for (var s = 1u; s < subgroups; s = s + 1u) {
+        if (is_max) {
+            result = max(result, reduction[s]);
+        } else {
+            result = result + reduction[s];
+        }
+    }
+    workgroupBarrier();
+    return result;
+}
+
+fn reduce_max(local: u32, value: f32) -> f32 {
+    return combine_subgroups(subgroupMax(value), true);
+}
+
+fn reduce_sum(local: u32, value: f32) -> f32 {
+    return combine_subgroups(subgroupAdd(value), false);
+}
+//#else
 fn reduce_max(local: u32, value: f32) -> f32 {
     reduction[local] = value;
     workgroupBarrier();
@@ -62,9 +100,24 @@ fn reduce_sum(local: u32, value: f32) -> f32 {
     workgroupBarrier();
     return result;
 }
+//#endif
 
+//#if subgroups
+@compute @workgroup_size(64)
+fn main(
+    @builtin(workgroup_id) group: vec3<u32>,
+    @builtin(local_invocation_index) local: u32,
+    @builtin(subgroup_invocation_id) lane_in_subgroup: u32,
+    @builtin(subgroup_id) subgroup_index: u32,
+    @builtin(num_subgroups) subgroup_count: u32,
+) {
+    subgroup_lane = lane_in_subgroup;
+    subgroup = subgroup_index;
+    subgroups = subgroup_count;
+//#else
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index) local: u32) {
+//#endif
     let head = group.x;
     let token = group.y;
     let hd = params.head_dim;
@@ -94,7 +147,9 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index
         local_sum = local_sum + e;
     }
     let inv_sum = 1.0 / reduce_sum(local, local_sum);
-    // reduce_sum's barriers also make every score written above visible to all invocations.
+    // Every invocation reads every score below; workgroupBarrier orders only workgroup memory,
+    // the scores are in storage.
+    storageBarrier();
     for (var i = local; i < hd; i = i + WG) {
         var acc = 0.0;
         for (var p = 0u; p < visible; p = p + 1u) {

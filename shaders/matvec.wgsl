@@ -24,6 +24,13 @@
 // lanes idle on small models: SmolLM2's 576-wide rows are 18 Q4_1 blocks, so 46 of 64
 // invocations had nothing to do; with 8 lanes per row each does 2-3 blocks (n_ff's 48 blocks:
 // 6 each).
+//
+// Variants (src/gpu/variant.rs): with `subgroups` each subgroup takes whole rows (rows
+// subgroup, subgroup + num_subgroups, ... of the workgroup's ROWS), its invocations striding
+// over the row's units, and a subgroupAdd sums the row: no workgroup memory, no barrier. The
+// stride is the count of the subgroup's active invocations, not subgroup_size, so a subgroup
+// larger than the workgroup (a partial one) still covers every unit; with subgroups of 8
+// (lavapipe) that is the f32 path's geometry, 8 invocations per row.
 
 const WG: u32 = 64u;
 const LANES: u32 = 8u;
@@ -45,7 +52,9 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> params: Params;
 
+//#if !subgroups
 var<workgroup> partial_sums: array<f32, WG>;
+//#endif
 
 fn units_per_row() -> u32 {
     switch params.format {
@@ -127,6 +136,38 @@ fn unit_dot(row: u32, u: u32, xb: u32) -> f32 {
     }
 }
 
+//#if subgroups
+@compute @workgroup_size(64)
+fn main(
+    @builtin(workgroup_id) group: vec3<u32>,
+    @builtin(subgroup_id) subgroup: u32,
+    @builtin(num_subgroups) subgroups: u32,
+) {
+    let first_row = (group.x + group.y * params.groups_x) * ROWS;
+    let token = group.z;
+    let team = subgroupAdd(1u);
+    let lane = subgroupExclusiveAdd(1u);
+    let units = units_per_row();
+    let x_base = token * params.cols;
+    // Row bounds are the same for the whole subgroup, so every subgroupAdd below runs in all
+    // of its invocations.
+    for (var r = subgroup; r < ROWS; r = r + subgroups) {
+        let row = first_row + r;
+        if (row >= params.rows) {
+            break;
+        }
+        let row_base = row * params.row_words;
+        var sum = 0.0;
+        for (var u = lane; u < units; u = u + team) {
+            sum = sum + unit_dot(row_base, u, x_base);
+        }
+        let total = subgroupAdd(sum);
+        if (lane == 0u) {
+            y[token * params.rows + row] = total;
+        }
+    }
+}
+//#else
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index) local: u32) {
     let lane = local % LANES;
@@ -154,3 +195,4 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index
         y[token * params.rows + row] = partial_sums[local];
     }
 }
+//#endif

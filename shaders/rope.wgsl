@@ -4,10 +4,10 @@
 // angles up to the context length (thousands of radians) would lose several digits here.
 //
 // Bindings (group 0)
-//   0  x       array<f32>  read_write  tokens * heads * head_dim
-//   1  cos     array<f32>  read        tokens * rope_dim/2
-//   2  sin     array<f32>  read        tokens * rope_dim/2
-//   3  params  Params      uniform     heads, head_dim, rope_dim, tokens
+//   0  x          array<f32>  read_write  tokens * heads * head_dim
+//   1  cos_table  array<f32>  read        tokens * rope_dim/2
+//   2  sin_table  array<f32>  read        tokens * rope_dim/2
+//   3  params     Params      uniform     heads, head_dim, rope_dim, tokens
 //
 // Dispatch: ceil(tokens * heads * rope_dim/2 / WG) workgroups; one invocation per pair.
 

@@ -4,19 +4,23 @@
 //!
 //! Tolerance: |gpu - cpu| <= 1e-6 * sum_k |w_k x_k| + 1e-6 per output. The two sum in
 //! different orders (the GPU in 64 strided partial sums and a tree), so the bound scales with
-//! the magnitude of the terms rather than with the (possibly cancelling) result.
+//! the magnitude of the terms rather than with the (possibly cancelling) result. Every variant
+//! the adapter runs (`Context::every_variant`: f32, `shader-f16`, subgroups) meets the same
+//! bound.
 #![cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
 
 mod common;
 
 use common::Rng;
-use poot::gpu::Context;
+use poot::gpu::{Context, ContextOptions};
 use poot::quant::{self, QuantType};
 
 const REL_TOLERANCE: f32 = 1e-6;
 
-fn context() -> Context {
-    pollster::block_on(Context::new()).unwrap_or_else(|e| panic!("GPU tests need an adapter: {e}"))
+/// A context per variant this adapter runs, the f32 one first.
+fn contexts() -> Vec<Context> {
+    pollster::block_on(Context::every_variant())
+        .unwrap_or_else(|e| panic!("GPU tests need an adapter: {e}"))
 }
 
 fn random_values(rng: &mut Rng, n: usize) -> Vec<f32> {
@@ -53,8 +57,9 @@ fn check(
             let error = (gpu[t * rows + r] - cpu).abs();
             assert!(
                 error <= bound,
-                "{} {rows}x{cols} tokens={tokens}: row {r} token {t}: gpu {} cpu {cpu} (error {error} > {bound})",
+                "{} ({}) {rows}x{cols} tokens={tokens}: row {r} token {t}: gpu {} cpu {cpu} (error {error} > {bound})",
                 format.name(),
+                ctx.variant().name(),
                 gpu[t * rows + r]
             );
             worst = worst.max(error / bound);
@@ -64,44 +69,86 @@ fn check(
 }
 
 #[test]
-fn block_formats_match_the_cpu_dot_product() {
-    let ctx = context();
-    let mut rng = Rng::new(11);
-    for format in [
-        QuantType::Q4_1,
-        QuantType::Q8_0,
-        QuantType::Q4_0,
-        QuantType::F16,
-        QuantType::F32,
+fn every_variant_the_adapter_has_is_run() {
+    let variants: Vec<&str> = contexts().iter().map(|c| c.variant().name()).collect();
+    let default = pollster::block_on(Context::new()).unwrap();
+    eprintln!(
+        "{}: the default context uses {}; the tests run {variants:?}",
+        default.adapter().name,
+        default.variant().name()
+    );
+    assert_eq!(variants.first(), Some(&"f32"), "the f32 path always runs");
+    // Lavapipe (Mesa 22.3, LLVM 15) has both shader-f16 and subgroups (of 8): the default
+    // context must open the device with both, and the tests must run the subgroup kernels
+    // (no kernel has an f16 branch, so the f16 variants build f32 and subgroups' code).
+    if default.adapter().name.starts_with("llvmpipe") {
+        assert_eq!(default.variant().name(), "f16+subgroups");
+        assert_eq!(variants, ["f32", "subgroups"]);
+    }
+    for (options, expected) in [
+        ("f16", "subgroups"),
+        ("subgroups", "f16"),
+        ("f16,subgroups", "f32"),
     ] {
-        let mut worst = 0f32;
-        // 65 and 130 rows: not multiples of anything the kernels use; 96 and 2080 columns:
-        // 3 and 65 blocks, so some invocations get two blocks and others none.
-        for (rows, cols, tokens) in [(1, 32, 1), (65, 96, 1), (130, 2080, 1), (7, 576, 3)] {
-            worst = worst.max(check(&ctx, &mut rng, format, rows, cols, tokens));
-        }
-        eprintln!(
-            "{}: worst error {:.3} of the tolerance",
-            format.name(),
-            worst
+        let options = ContextOptions::without(options).unwrap();
+        let ctx = pollster::block_on(Context::with_options(options)).unwrap();
+        let v = ctx.variant();
+        // Never a feature that was declined; a feature the adapter lacks is simply absent.
+        assert!(
+            (!v.f16 || options.f16) && (!v.subgroups || options.subgroups),
+            "{options:?} opened {}",
+            v.name()
         );
+        if default.variant().name() == "f16+subgroups" {
+            assert_eq!(v.name(), expected);
+        }
+    }
+    assert!(ContextOptions::without("f64").is_err());
+}
+
+#[test]
+fn block_formats_match_the_cpu_dot_product() {
+    for ctx in contexts() {
+        let ctx = &ctx;
+        let mut rng = Rng::new(11);
+        for format in [
+            QuantType::Q4_1,
+            QuantType::Q8_0,
+            QuantType::Q4_0,
+            QuantType::F16,
+            QuantType::F32,
+        ] {
+            let mut worst = 0f32;
+            // 65 and 130 rows: not multiples of anything the kernels use; 96 and 2080 columns:
+            // 3 and 65 blocks, so some invocations get two blocks and others none.
+            for (rows, cols, tokens) in [(1, 32, 1), (65, 96, 1), (130, 2080, 1), (7, 576, 3)] {
+                worst = worst.max(check(ctx, &mut rng, format, rows, cols, tokens));
+            }
+            eprintln!(
+                "{} ({}): worst error {:.3} of the tolerance",
+                format.name(),
+                ctx.variant().name(),
+                worst
+            );
+        }
     }
 }
 
 #[test]
 fn float_formats_take_rows_of_any_length() {
-    let ctx = context();
-    let mut rng = Rng::new(12);
-    for format in [QuantType::F16, QuantType::F32] {
-        for (rows, cols) in [(3, 1), (5, 31), (66, 33), (2, 129)] {
-            check(&ctx, &mut rng, format, rows, cols, 2);
+    for ctx in contexts() {
+        let mut rng = Rng::new(12);
+        for format in [QuantType::F16, QuantType::F32] {
+            for (rows, cols) in [(3, 1), (5, 31), (66, 33), (2, 129)] {
+                check(&ctx, &mut rng, format, rows, cols, 2);
+            }
         }
     }
 }
 
 #[test]
 fn a_mismatched_input_is_an_error_not_a_garbage_read() {
-    let ctx = context();
+    let ctx = pollster::block_on(Context::new()).unwrap();
     let bytes = quant::quantize(QuantType::Q4_1, &[0.5; 64]).unwrap();
     let matrix = ctx
         .upload_matrix("test", QuantType::Q4_1, 2, 32, &bytes)

@@ -16,8 +16,11 @@ use poot::gpu::Context;
 use poot::mask::words_for;
 use poot::sampling::{Params, Sampler};
 
-fn context() -> Context {
-    pollster::block_on(Context::new()).unwrap_or_else(|e| panic!("GPU tests need an adapter: {e}"))
+/// A context per variant this adapter runs (f32, and subgroups where it has them), the f32
+/// one first: each must choose the CPU sampler's token.
+fn contexts() -> Vec<Context> {
+    pollster::block_on(Context::every_variant())
+        .unwrap_or_else(|e| panic!("GPU tests need an adapter: {e}"))
 }
 
 /// Logits shaped like a model's (a few large values over a broad bulk), with ties, NaN and
@@ -64,106 +67,111 @@ fn random_params(rng: &mut Rng) -> Params {
 
 #[test]
 fn gpu_sampler_chooses_the_cpu_samplers_token() {
-    let ctx = context();
-    let mut rng = Rng::new(0x5a3b1e);
-    // Not multiples of the 256-invocation workgroup, up to SmolLM2's vocabulary.
-    let sizes = [1, 3, 97, 1000, 4099, 49_152];
-    let (mut cases, mut agree, mut greedy_cases) = (0, 0, 0);
-    let mut differ = Vec::new();
-    for case in 0..360 {
-        let n = sizes[case % sizes.len()];
-        let logits = random_logits(&mut rng, n);
-        let mask = random_mask(&mut rng, n);
-        let params = random_params(&mut rng);
-        let mut cpu_sampler = Sampler::new(params.clone()).unwrap();
-        let mut device_sampler = cpu_sampler.clone();
-        let cpu = cpu_sampler.sample(&mut logits.clone(), mask.as_deref(), &[]);
-        let sampling = device_sampler.device_step().expect("no bias or penalties");
-        let gpu = pollster::block_on(ctx.sample(&logits, mask.as_deref(), &sampling));
-        cases += 1;
-        match (cpu, gpu) {
-            (Ok(c), Ok(g)) if c == g => agree += 1,
-            (Err(c), Err(g)) => {
-                assert_eq!(c.code(), g.code(), "case {case}");
-                agree += 1;
+    for ctx in contexts() {
+        let mut rng = Rng::new(0x5a3b1e);
+        // Not multiples of the 256-invocation workgroup, up to SmolLM2's vocabulary.
+        let sizes = [1, 3, 97, 1000, 4099, 49_152];
+        let (mut cases, mut agree, mut greedy_cases) = (0, 0, 0);
+        let mut differ = Vec::new();
+        for case in 0..360 {
+            let n = sizes[case % sizes.len()];
+            let logits = random_logits(&mut rng, n);
+            let mask = random_mask(&mut rng, n);
+            let params = random_params(&mut rng);
+            let mut cpu_sampler = Sampler::new(params.clone()).unwrap();
+            let mut device_sampler = cpu_sampler.clone();
+            let cpu = cpu_sampler.sample(&mut logits.clone(), mask.as_deref(), &[]);
+            let sampling = device_sampler.device_step().expect("no bias or penalties");
+            let gpu = pollster::block_on(ctx.sample(&logits, mask.as_deref(), &sampling));
+            cases += 1;
+            match (cpu, gpu) {
+                (Ok(c), Ok(g)) if c == g => agree += 1,
+                (Err(c), Err(g)) => {
+                    assert_eq!(c.code(), g.code(), "case {case}");
+                    agree += 1;
+                }
+                (c, g) => {
+                    assert!(
+                        params.temperature != 0.0,
+                        "{} case {case} (n={n}, greedy): cpu {c:?} gpu {g:?}",
+                        ctx.variant().name()
+                    );
+                    differ.push(format!("case {case} n={n} {params:?}: cpu {c:?} gpu {g:?}"));
+                }
             }
-            (c, g) => {
-                assert!(
-                    params.temperature != 0.0,
-                    "case {case} (n={n}, greedy): cpu {c:?} gpu {g:?}"
-                );
-                differ.push(format!("case {case} n={n} {params:?}: cpu {c:?} gpu {g:?}"));
+            if params.temperature == 0.0 {
+                greedy_cases += 1;
             }
         }
-        if params.temperature == 0.0 {
-            greedy_cases += 1;
-        }
+        eprintln!(
+            "GPU vs CPU sampler ({}): {agree}/{cases} cases choose the same token ({greedy_cases} \
+         greedy, all equal); differing: {differ:#?}",
+            ctx.variant().name()
+        );
+        // Near-ties are rare: with ~1e-6 of probability mass in doubt per boundary, a handful of
+        // cases in 360 would already mean a real difference of method, not of rounding.
+        assert!(
+            differ.len() <= 2,
+            "{} cases differ: {differ:#?}",
+            differ.len()
+        );
     }
-    eprintln!(
-        "GPU vs CPU sampler: {agree}/{cases} cases choose the same token ({greedy_cases} greedy, \
-         all equal); differing: {differ:#?}"
-    );
-    // Near-ties are rare: with ~1e-6 of probability mass in doubt per boundary, a handful of
-    // cases in 360 would already mean a real difference of method, not of rounding.
-    assert!(
-        differ.len() <= 2,
-        "{} cases differ: {differ:#?}",
-        differ.len()
-    );
 }
 
 #[test]
 fn draws_follow_the_distribution_like_the_cpus() {
     // The same seed over many steps: both sides walk the same sequence of draws, so the
     // chosen sequences must match token for token (the logits are well separated here).
-    let ctx = context();
-    let logits: Vec<f32> = (0..1001)
-        .map(|i| ((i * 7919) % 1001) as f32 / 100.0)
-        .collect();
-    let params = Params {
-        temperature: 0.8,
-        top_k: 50,
-        top_p: 0.9,
-        seed: 11,
-        ..Params::default()
-    };
-    let mut cpu = Sampler::new(params.clone()).unwrap();
-    let mut device = Sampler::new(params).unwrap();
-    for step in 0..40 {
-        let c = cpu.sample(&mut logits.clone(), None, &[]).unwrap();
-        let s = device.device_step().unwrap();
-        let g = pollster::block_on(ctx.sample(&logits, None, &s)).unwrap();
-        assert_eq!(c, g, "step {step}");
+    for ctx in contexts() {
+        let logits: Vec<f32> = (0..1001)
+            .map(|i| ((i * 7919) % 1001) as f32 / 100.0)
+            .collect();
+        let params = Params {
+            temperature: 0.8,
+            top_k: 50,
+            top_p: 0.9,
+            seed: 11,
+            ..Params::default()
+        };
+        let mut cpu = Sampler::new(params.clone()).unwrap();
+        let mut device = Sampler::new(params).unwrap();
+        for step in 0..40 {
+            let c = cpu.sample(&mut logits.clone(), None, &[]).unwrap();
+            let s = device.device_step().unwrap();
+            let g = pollster::block_on(ctx.sample(&logits, None, &s)).unwrap();
+            assert_eq!(c, g, "{} step {step}", ctx.variant().name());
+        }
     }
 }
 
 #[test]
 fn nothing_allowed_is_the_cpus_error() {
-    let ctx = context();
-    let logits = vec![1.0f32; 70];
-    let mut sampler = Sampler::new(Params::default()).unwrap();
-    let s = sampler.device_step().unwrap();
-    let none = vec![0u32; words_for(70)];
-    let cpu = Sampler::new(Params::default())
-        .unwrap()
-        .sample(&mut logits.clone(), Some(&none), &[])
-        .unwrap_err();
-    let gpu = pollster::block_on(ctx.sample(&logits, Some(&none), &s)).unwrap_err();
-    assert_eq!((gpu.code(), gpu.to_string()), (cpu.code(), cpu.to_string()));
-    // Allowed tokens whose logits are all -inf or NaN: the sampler's own error.
-    let mut all = vec![0u32; words_for(70)];
-    all[0] = 0b11;
-    let bad = [f32::NEG_INFINITY, f32::NAN];
-    let mut logits = logits;
-    logits[..2].copy_from_slice(&bad);
-    let cpu = Sampler::new(Params::greedy())
-        .unwrap()
-        .sample(&mut logits.clone(), Some(&all), &[])
-        .unwrap_err();
-    let s = Sampler::new(Params::greedy())
-        .unwrap()
-        .device_step()
-        .unwrap();
-    let gpu = pollster::block_on(ctx.sample(&logits, Some(&all), &s)).unwrap_err();
-    assert_eq!((gpu.code(), gpu.to_string()), (cpu.code(), cpu.to_string()));
+    for ctx in contexts() {
+        let logits = vec![1.0f32; 70];
+        let mut sampler = Sampler::new(Params::default()).unwrap();
+        let s = sampler.device_step().unwrap();
+        let none = vec![0u32; words_for(70)];
+        let cpu = Sampler::new(Params::default())
+            .unwrap()
+            .sample(&mut logits.clone(), Some(&none), &[])
+            .unwrap_err();
+        let gpu = pollster::block_on(ctx.sample(&logits, Some(&none), &s)).unwrap_err();
+        assert_eq!((gpu.code(), gpu.to_string()), (cpu.code(), cpu.to_string()));
+        // Allowed tokens whose logits are all -inf or NaN: the sampler's own error.
+        let mut all = vec![0u32; words_for(70)];
+        all[0] = 0b11;
+        let bad = [f32::NEG_INFINITY, f32::NAN];
+        let mut logits = logits;
+        logits[..2].copy_from_slice(&bad);
+        let cpu = Sampler::new(Params::greedy())
+            .unwrap()
+            .sample(&mut logits.clone(), Some(&all), &[])
+            .unwrap_err();
+        let s = Sampler::new(Params::greedy())
+            .unwrap()
+            .device_step()
+            .unwrap();
+        let gpu = pollster::block_on(ctx.sample(&logits, Some(&all), &s)).unwrap_err();
+        assert_eq!((gpu.code(), gpu.to_string()), (cpu.code(), cpu.to_string()));
+    }
 }

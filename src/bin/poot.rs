@@ -48,7 +48,9 @@ const USAGE: &str = "usage:
   poot check  --request FILE [--emit gbnf]
   poot coverage --model GGUF|tokenizer.json PATH...
   poot trace  --model GGUF|tokenizer.json --request FILE --output TEXT_FILE [--masks]
-  poot sample --model GGUF|tokenizer.json --request FILE --n N --seed S [--max-tokens M]";
+  poot sample --model GGUF|tokenizer.json --request FILE --n N --seed S [--max-tokens M]
+--backend gpu uses the adapter's shader-f16 and subgroups when it has them;
+POOT_GPU_DISABLE=f16,subgroups (either or both) runs the kernels without them.";
 
 /// Probability of ending a sampled output when the end-of-sequence token is allowed.
 const SAMPLE_EOS_PROBABILITY: f64 = 0.3;

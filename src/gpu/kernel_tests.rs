@@ -1,6 +1,8 @@
 //! Each forward-pass kernel against its CPU twin in `crate::model`, on seeded random inputs
 //! whose sizes are not multiples of the 64-invocation workgroup, on the Vulkan adapter
-//! (lavapipe in CI). Tolerances are stated per kernel with what they measure.
+//! (lavapipe in CI). Tolerances are stated per kernel with what they measure, and every
+//! variant the adapter runs (f32, and with `shader-f16` / subgroups where it has them) must
+//! meet the same ones.
 
 use super::ops::AttentionShape;
 use super::Context;
@@ -19,8 +21,10 @@ impl Rng {
     }
 }
 
-fn context() -> Context {
-    pollster::block_on(Context::new()).unwrap_or_else(|e| panic!("GPU tests need an adapter: {e}"))
+/// A context per variant this adapter runs, the f32 one first.
+fn contexts() -> Vec<Context> {
+    pollster::block_on(Context::every_variant())
+        .unwrap_or_else(|e| panic!("GPU tests need an adapter: {e}"))
 }
 
 fn buffer(ctx: &Context, data: &[f32]) -> wgpu::Buffer {
@@ -85,19 +89,22 @@ fn config(heads: usize, kv_heads: usize, head_dim: usize, rope_dim: usize) -> mo
 fn rms_norm_matches_cpu() {
     // Tolerance: 1e-5 relative to each output, + 1e-6. The CPU sums squares in f64, the GPU
     // in f32 over 64 partial sums; both then scale in f32.
-    let ctx = context();
-    let mut rng = Rng(1);
-    for (d, tokens) in [(576, 3), (65, 2), (1, 1)] {
-        let x = rng.values(d * tokens);
-        let w = rng.values(d);
-        let mut cpu = vec![0f32; d * tokens];
-        model::rms_norm(&x, &w, 1e-5, &mut cpu);
-        let out = buffer(&ctx, &vec![0.0; d * tokens]);
-        let mut enc = encoder(&ctx);
-        let inputs = (&buffer(&ctx, &x), &buffer(&ctx, &w), &out);
-        pollster::block_on(ctx.record_rms_norm(&mut enc, inputs, d, tokens, 1e-5)).unwrap();
-        let gpu = finish(&ctx, enc, &out);
-        assert_close(&format!("rms_norm d={d}"), &gpu, &cpu, &cpu, 1e-5, 1e-6);
+    for ctx in contexts() {
+        let ctx = &ctx;
+        let mut rng = Rng(1);
+        for (d, tokens) in [(576, 3), (65, 2), (1, 1)] {
+            let x = rng.values(d * tokens);
+            let w = rng.values(d);
+            let mut cpu = vec![0f32; d * tokens];
+            model::rms_norm(&x, &w, 1e-5, &mut cpu);
+            let out = buffer(ctx, &vec![0.0; d * tokens]);
+            let mut enc = encoder(ctx);
+            let inputs = (&buffer(ctx, &x), &buffer(ctx, &w), &out);
+            pollster::block_on(ctx.record_rms_norm(&mut enc, inputs, d, tokens, 1e-5)).unwrap();
+            let gpu = finish(ctx, enc, &out);
+            let what = format!("rms_norm ({}) d={d}", ctx.variant().name());
+            assert_close(&what, &gpu, &cpu, &cpu, 1e-5, 1e-6);
+        }
     }
 }
 
@@ -105,64 +112,74 @@ fn rms_norm_matches_cpu() {
 fn rope_matches_cpu_for_whole_and_partial_rotation() {
     // Tolerance: 1e-6 relative to the pair's magnitude (|a| + |b|), + 1e-7: the same f32
     // products, possibly fused differently.
-    let ctx = context();
-    let mut rng = Rng(2);
-    for (heads, head_dim, rope_dim, pos0, tokens) in [(9, 64, 64, 100, 3), (3, 64, 32, 4000, 2)] {
-        let c = config(heads, heads, head_dim, rope_dim);
-        let (cos, sin) = model::rope_table(&c, pos0, tokens);
-        let x = rng.values(tokens * heads * head_dim);
-        let mut cpu = x.clone();
-        let half = rope_dim / 2;
-        for (i, token) in cpu.chunks_exact_mut(heads * head_dim).enumerate() {
-            for head in token.chunks_exact_mut(head_dim) {
-                model::rope(head, &cos[i * half..][..half], &sin[i * half..][..half]);
+    for ctx in contexts() {
+        let ctx = &ctx;
+        let mut rng = Rng(2);
+        for (heads, head_dim, rope_dim, pos0, tokens) in [(9, 64, 64, 100, 3), (3, 64, 32, 4000, 2)]
+        {
+            let c = config(heads, heads, head_dim, rope_dim);
+            let (cos, sin) = model::rope_table(&c, pos0, tokens);
+            let x = rng.values(tokens * heads * head_dim);
+            let mut cpu = x.clone();
+            let half = rope_dim / 2;
+            for (i, token) in cpu.chunks_exact_mut(heads * head_dim).enumerate() {
+                for head in token.chunks_exact_mut(head_dim) {
+                    model::rope(head, &cos[i * half..][..half], &sin[i * half..][..half]);
+                }
             }
-        }
-        let scale: Vec<f32> = x
-            .chunks_exact(2)
-            .flat_map(|p| [p[0].abs() + p[1].abs(); 2])
-            .collect();
-        let xb = buffer(&ctx, &x);
-        let mut enc = encoder(&ctx);
-        let tables = (&xb, &buffer(&ctx, &cos), &buffer(&ctx, &sin));
-        pollster::block_on(ctx.record_rope(&mut enc, tables, heads, head_dim, rope_dim, tokens))
+            let scale: Vec<f32> = x
+                .chunks_exact(2)
+                .flat_map(|p| [p[0].abs() + p[1].abs(); 2])
+                .collect();
+            let xb = buffer(ctx, &x);
+            let mut enc = encoder(ctx);
+            let tables = (&xb, &buffer(ctx, &cos), &buffer(ctx, &sin));
+            pollster::block_on(
+                ctx.record_rope(&mut enc, tables, heads, head_dim, rope_dim, tokens),
+            )
             .unwrap();
-        let gpu = finish(&ctx, enc, &xb);
-        assert_close(
-            &format!("rope rope_dim={rope_dim}"),
-            &gpu,
-            &cpu,
-            &scale,
-            1e-6,
-            1e-7,
-        );
+            let gpu = finish(ctx, enc, &xb);
+            assert_close(
+                &format!("rope ({}) rope_dim={rope_dim}", ctx.variant().name()),
+                &gpu,
+                &cpu,
+                &scale,
+                1e-6,
+                1e-7,
+            );
+        }
     }
 }
 
 #[test]
 fn silu_mul_and_add_match_cpu() {
     // Tolerance: 1e-6 relative + 1e-7 (exp may differ by an ulp or two between the two).
-    let ctx = context();
-    let mut rng = Rng(3);
-    let n = 1537;
-    let (gate, up) = (rng.values(n), rng.values(n));
-    // The CPU forward's SwiGLU step (src/model/mod.rs).
-    let cpu: Vec<f32> = gate
-        .iter()
-        .zip(&up)
-        .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
-        .collect();
-    let gb = buffer(&ctx, &gate);
-    let mut enc = encoder(&ctx);
-    pollster::block_on(ctx.record_silu_mul(&mut enc, &gb, &buffer(&ctx, &up), n)).unwrap();
-    assert_close("silu_mul", &finish(&ctx, enc, &gb), &cpu, &cpu, 1e-6, 1e-7);
+    for ctx in contexts() {
+        let ctx = &ctx;
+        let variant = ctx.variant().name();
+        let mut rng = Rng(3);
+        let n = 1537;
+        let (gate, up) = (rng.values(n), rng.values(n));
+        // The CPU forward's SwiGLU step (src/model/mod.rs).
+        let cpu: Vec<f32> = gate
+            .iter()
+            .zip(&up)
+            .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+            .collect();
+        let gb = buffer(ctx, &gate);
+        let mut enc = encoder(ctx);
+        pollster::block_on(ctx.record_silu_mul(&mut enc, &gb, &buffer(ctx, &up), n)).unwrap();
+        let what = format!("silu_mul ({variant})");
+        assert_close(&what, &finish(ctx, enc, &gb), &cpu, &cpu, 1e-6, 1e-7);
 
-    let (x, y) = (rng.values(n), rng.values(n));
-    let cpu: Vec<f32> = x.iter().zip(&y).map(|(x, y)| x + y).collect();
-    let xb = buffer(&ctx, &x);
-    let mut enc = encoder(&ctx);
-    pollster::block_on(ctx.record_add(&mut enc, &xb, &buffer(&ctx, &y), n)).unwrap();
-    assert_close("add", &finish(&ctx, enc, &xb), &cpu, &cpu, 0.0, 0.0);
+        let (x, y) = (rng.values(n), rng.values(n));
+        let cpu: Vec<f32> = x.iter().zip(&y).map(|(x, y)| x + y).collect();
+        let xb = buffer(ctx, &x);
+        let mut enc = encoder(ctx);
+        pollster::block_on(ctx.record_add(&mut enc, &xb, &buffer(ctx, &y), n)).unwrap();
+        let what = format!("add ({variant})");
+        assert_close(&what, &finish(ctx, enc, &xb), &cpu, &cpu, 0.0, 0.0);
+    }
 }
 
 /// The CPU forward's attention loop (src/model/mod.rs), for one layer.
@@ -203,43 +220,48 @@ fn cpu_attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec<
 fn attention_matches_cpu_for_prefill_and_decode() {
     // Tolerance: 1e-5 relative to sum_p w_p |v_p| (the output's scale) + 1e-6: softmax and
     // the weighted sum run in a different order and with a different exp.
-    let ctx = context();
-    let mut rng = Rng(4);
-    for (pos0, tokens) in [(0, 7), (70, 1), (129, 3)] {
-        let shape = AttentionShape {
-            heads: 9,
-            kv_heads: 3,
-            head_dim: 64,
-            pos0,
-            tokens,
-            capacity: 200,
-        };
-        let kv = shape.kv_heads * shape.head_dim;
-        let q = rng.values(tokens * shape.heads * shape.head_dim);
-        let k = rng.values(shape.capacity * kv);
-        let v = rng.values(shape.capacity * kv);
-        let cpu = cpu_attention(shape, &q, &k, &v);
-        let v_abs: Vec<f32> = v.iter().map(|x| x.abs()).collect();
-        let scale = cpu_attention(shape, &q, &k, &v_abs);
-        let out = buffer(&ctx, &vec![0.0; cpu.len()]);
-        let scores = buffer(&ctx, &vec![0.0; tokens * shape.heads * shape.capacity]);
-        let mut enc = encoder(&ctx);
-        let bufs = (
-            &buffer(&ctx, &q),
-            &buffer(&ctx, &k),
-            &buffer(&ctx, &v),
-            &scores,
-            &out,
-        );
-        pollster::block_on(ctx.record_attention(&mut enc, bufs, shape)).unwrap();
-        let gpu = finish(&ctx, enc, &out);
-        assert_close(
-            &format!("attention pos0={pos0} tokens={tokens}"),
-            &gpu,
-            &cpu,
-            &scale,
-            1e-5,
-            1e-6,
-        );
+    for ctx in contexts() {
+        let ctx = &ctx;
+        let mut rng = Rng(4);
+        for (pos0, tokens) in [(0, 7), (70, 1), (129, 3)] {
+            let shape = AttentionShape {
+                heads: 9,
+                kv_heads: 3,
+                head_dim: 64,
+                pos0,
+                tokens,
+                capacity: 200,
+            };
+            let kv = shape.kv_heads * shape.head_dim;
+            let q = rng.values(tokens * shape.heads * shape.head_dim);
+            let k = rng.values(shape.capacity * kv);
+            let v = rng.values(shape.capacity * kv);
+            let cpu = cpu_attention(shape, &q, &k, &v);
+            let v_abs: Vec<f32> = v.iter().map(|x| x.abs()).collect();
+            let scale = cpu_attention(shape, &q, &k, &v_abs);
+            let out = buffer(ctx, &vec![0.0; cpu.len()]);
+            let scores = buffer(ctx, &vec![0.0; tokens * shape.heads * shape.capacity]);
+            let mut enc = encoder(ctx);
+            let bufs = (
+                &buffer(ctx, &q),
+                &buffer(ctx, &k),
+                &buffer(ctx, &v),
+                &scores,
+                &out,
+            );
+            pollster::block_on(ctx.record_attention(&mut enc, bufs, shape)).unwrap();
+            let gpu = finish(ctx, enc, &out);
+            assert_close(
+                &format!(
+                    "attention ({}) pos0={pos0} tokens={tokens}",
+                    ctx.variant().name()
+                ),
+                &gpu,
+                &cpu,
+                &scale,
+                1e-5,
+                1e-6,
+            );
+        }
     }
 }

@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::mask;
 
 /// `shaders/apply_token_mask.wgsl`, validated offline by naga in `tests/shaders.rs`.
-const SOURCE: &str = include_str!("../../shaders/apply_token_mask.wgsl");
+pub(super) const SOURCE: &str = include_str!("../../shaders/apply_token_mask.wgsl");
 /// Logits per pass-1 workgroup; must equal `CHUNK` in the shader.
 const CHUNK: usize = 1024;
 /// The kernel's "no token allowed" index; must equal `NONE` in the shader.
@@ -21,10 +21,11 @@ pub(super) struct MaskKernel {
 }
 
 impl MaskKernel {
-    pub(super) fn new(device: &wgpu::Device) -> Self {
+    /// Built from `source`, the shader specialized for the device's variant.
+    pub(super) fn new(device: &wgpu::Device, source: String) -> Self {
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("apply_token_mask.wgsl"),
-            source: wgpu::ShaderSource::Wgsl(SOURCE.into()),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
         });
         let buffer = |binding, ty| wgpu::BindGroupLayoutEntry {
             binding,

@@ -134,6 +134,7 @@ impl Context {
             bytemuck::cast_slice(&words),
             wgpu::BufferUsages::empty(),
         );
+        super::WEIGHT_BYTES_UPLOADED.fetch_add(buffer.size(), std::sync::atomic::Ordering::Relaxed);
         Ok(Matrix {
             buffer,
             format,
@@ -240,10 +241,10 @@ impl Context {
     }
 }
 
-const MATVEC: Kernel = kernel!("matvec");
+pub(crate) const MATVEC: Kernel = kernel!("matvec");
 /// Output rows per matvec workgroup; must equal `ROWS` in `shaders/matvec.wgsl`.
 const MATVEC_ROWS_PER_GROUP: usize = 8;
-const EMBEDDING: Kernel = kernel!("embedding");
+pub(crate) const EMBEDDING: Kernel = kernel!("embedding");
 
 #[cfg(test)]
 mod tests {

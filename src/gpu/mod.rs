@@ -3,7 +3,13 @@
 //! Acquiring a device ([`Context::new`]) is separate from the work ([`Context::from_device`]),
 //! so tests and embedders can inject their own adapter. Every fallible wgpu call runs inside an
 //! error scope, so a validation error or an out-of-memory becomes an [`Error`], never a panic.
-//! Each kernel is one file in `shaders/`; its pipeline is built once and cached by name.
+//! Each kernel is one file in `shaders/`; its pipeline is built once per [`Variant`] and cached
+//! by name and variant.
+//!
+//! Every kernel has a core-WebGPU f32 path (SwiftShader has no `shader-f16`, browsers expose no
+//! subgroups through wgpu 30). When the adapter has `shader-f16` or subgroups, the device is
+//! opened with them ([`ContextOptions`] can decline either) and the kernels that have such a
+//! variant use it: the same results within the same tolerances, fewer barriers.
 
 #[cfg(test)]
 mod kernel_tests;
@@ -12,11 +18,14 @@ mod matvec;
 mod model;
 mod ops;
 mod sample;
+mod variant;
 
 pub use matvec::{repack, Matrix};
 pub use model::{Counters, Model, Session, MAX_CHUNK};
+pub use variant::Variant;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -32,17 +41,77 @@ pub struct AdapterSummary {
     pub is_software: bool,
 }
 
+/// Which optional adapter features [`Context::with_options`] may open the device with. Each
+/// is requested only when the adapter has it; turning one off runs the kernels without it on
+/// the same adapter (the tests compare the variants so, the CLI reads `POOT_GPU_DISABLE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextOptions {
+    /// Request `shader-f16` (wgpu's `Features::SHADER_F16`) when the adapter has it.
+    pub f16: bool,
+    /// Request subgroup operations (wgpu's `Features::SUBGROUP`) when the adapter has them.
+    pub subgroups: bool,
+}
+
+impl Default for ContextOptions {
+    /// Both, where the adapter has them.
+    fn default() -> Self {
+        ContextOptions {
+            f16: true,
+            subgroups: true,
+        }
+    }
+}
+
+impl ContextOptions {
+    /// Exactly the features of `variant`, where the adapter has them.
+    pub fn only(variant: Variant) -> Self {
+        ContextOptions {
+            f16: variant.f16,
+            subgroups: variant.subgroups,
+        }
+    }
+
+    /// Every option on, less the comma-separated names in `disabled` (`f16`, `subgroups`):
+    /// the CLI's `POOT_GPU_DISABLE`. An unknown name is an error, so a typo is not silently
+    /// a run of the variant it meant to avoid.
+    pub fn without(disabled: &str) -> Result<Self> {
+        let mut options = ContextOptions::default();
+        for name in disabled.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "f16" => options.f16 = false,
+                "subgroups" => options.subgroups = false,
+                other => {
+                    return Err(Error::invalid_input(format!(
+                        "`{other}` is not a GPU feature that can be disabled (f16, subgroups)"
+                    )))
+                }
+            }
+        }
+        Ok(options)
+    }
+}
+
 /// A device, its queue and the compiled kernels.
 #[derive(Debug)]
 pub struct Context {
     device: wgpu::Device,
     queue: wgpu::Queue,
     adapter: AdapterSummary,
+    /// What the device was opened with, so which source every kernel is built from.
+    variant: Variant,
     max_binding_bytes: u64,
     apply_token_mask: mask::MaskKernel,
-    /// Single-entry-point kernels by shader name, built on first use.
-    pipelines: Mutex<HashMap<&'static str, wgpu::ComputePipeline>>,
+    /// Single-entry-point kernels by shader name and variant, built on first use.
+    pipelines: Mutex<HashMap<(&'static str, Variant), wgpu::ComputePipeline>>,
 }
+
+/// Bytes of weight matrices uploaded by this process so far, on every context: a server that
+/// keeps its model across requests uploads them once (`poot serve`'s test checks it).
+pub fn weight_bytes_uploaded() -> u64 {
+    WEIGHT_BYTES_UPLOADED.load(Ordering::Relaxed)
+}
+
+static WEIGHT_BYTES_UPLOADED: AtomicU64 = AtomicU64::new(0);
 
 /// A kernel: its shader file's name and source. The entry point is always `main`.
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +119,19 @@ pub(crate) struct Kernel {
     pub name: &'static str,
     pub source: &'static str,
 }
+
+/// Every shader's source ([`Context::every_variant`] compares their variants).
+const KERNEL_SOURCES: [&str; 9] = [
+    mask::SOURCE,
+    matvec::MATVEC.source,
+    matvec::EMBEDDING.source,
+    ops::RMS_NORM.source,
+    ops::ROPE.source,
+    ops::SILU_MUL.source,
+    ops::ADD.source,
+    ops::ATTENTION.source,
+    sample::SAMPLE.source,
+];
 
 /// Declares a [`Kernel`] from `shaders/<name>.wgsl`.
 macro_rules! kernel {
@@ -63,9 +145,40 @@ macro_rules! kernel {
 pub(crate) use kernel;
 
 impl Context {
-    /// Finds an adapter (Vulkan natively, the browser's WebGPU on wasm32) and opens a device
-    /// with the adapter's own limits, so large vocabularies fit in one binding.
+    /// [`Context::with_options`] with every optional feature the adapter has.
     pub async fn new() -> Result<Self> {
+        Self::with_options(ContextOptions::default()).await
+    }
+
+    /// One context per variant this adapter can run whose kernels differ from the variants
+    /// before it, the f32 one first: how the tests run each kernel every way on the same
+    /// adapter. (No kernel has an f16 branch yet, so on lavapipe that is f32 and subgroups.)
+    pub async fn every_variant() -> Result<Vec<Self>> {
+        let mut contexts = Vec::new();
+        let mut built: Vec<Vec<String>> = Vec::new();
+        for v in Variant::ALL {
+            let sources = KERNEL_SOURCES
+                .iter()
+                .map(|source| variant::specialize(source, v))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(Error::gpu)?;
+            if built.contains(&sources) {
+                continue;
+            }
+            let ctx = Self::with_options(ContextOptions::only(v)).await?;
+            if ctx.variant() == v {
+                built.push(sources);
+                contexts.push(ctx);
+            }
+        }
+        Ok(contexts)
+    }
+
+    /// Finds an adapter (Vulkan natively, the browser's WebGPU on wasm32) and opens a device
+    /// with the adapter's own limits, so large vocabularies fit in one binding, and with the
+    /// optional features `options` allows that the adapter has (never one it lacks: that
+    /// would fail the device request).
+    pub async fn with_options(options: ContextOptions) -> Result<Self> {
         let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
         descriptor.backends = if cfg!(target_arch = "wasm32") {
             wgpu::Backends::BROWSER_WEBGPU
@@ -89,9 +202,13 @@ impl Context {
                 ))
                 .with_source(e)
             })?;
+        let mut wanted = wgpu::Features::empty();
+        wanted.set(wgpu::Features::SHADER_F16, options.f16);
+        wanted.set(wgpu::Features::SUBGROUP, options.subgroups);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("poot"),
+                required_features: wanted & adapter.features(),
                 required_limits: adapter.limits(),
                 ..Default::default()
             })
@@ -108,14 +225,22 @@ impl Context {
         Self::from_device(device, queue, summary).await
     }
 
-    /// Builds the kernels on a device the caller already has.
+    /// Builds the kernels on a device the caller already has; they use the optional features
+    /// the device was opened with.
     pub async fn from_device(
         device: wgpu::Device,
         queue: wgpu::Queue,
         adapter: AdapterSummary,
     ) -> Result<Self> {
+        let features = device.features();
+        let variant = Variant {
+            f16: features.contains(wgpu::Features::SHADER_F16),
+            subgroups: features.contains(wgpu::Features::SUBGROUP),
+        };
+        let mask_source = variant::specialize(mask::SOURCE, variant)
+            .map_err(|e| Error::gpu(format!("apply_token_mask.wgsl: {e}")))?;
         let scope = ErrorScope::push(&device);
-        let apply_token_mask = mask::MaskKernel::new(&device);
+        let apply_token_mask = mask::MaskKernel::new(&device, mask_source);
         scope.pop("compiling apply_token_mask.wgsl").await?;
         let limits = device.limits();
         let max_binding_bytes = limits
@@ -125,6 +250,7 @@ impl Context {
             device,
             queue,
             adapter,
+            variant,
             max_binding_bytes,
             apply_token_mask,
             pipelines: Mutex::new(HashMap::new()),
@@ -136,18 +262,26 @@ impl Context {
         &self.adapter
     }
 
-    /// The kernel's pipeline, built on first use (with an auto layout: its bind groups are
-    /// made from this pipeline's own layout).
+    /// The optional features the kernels use on this device.
+    pub fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    /// The kernel's pipeline for this device's variant, built on first use (with an auto
+    /// layout: its bind groups are made from this pipeline's own layout).
     async fn pipeline(&self, kernel: Kernel) -> Result<wgpu::ComputePipeline> {
-        if let Some(pipeline) = self.lock_pipelines().get(kernel.name) {
+        let key = (kernel.name, self.variant);
+        if let Some(pipeline) = self.lock_pipelines().get(&key) {
             return Ok(pipeline.clone());
         }
+        let source = variant::specialize(kernel.source, self.variant)
+            .map_err(|e| Error::gpu(format!("{}.wgsl: {e}", kernel.name)))?;
         let scope = ErrorScope::push(&self.device);
         let module = self
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(kernel.name),
-                source: wgpu::ShaderSource::Wgsl(kernel.source.into()),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
             });
         let pipeline = self
             .device
@@ -160,15 +294,19 @@ impl Context {
                 cache: None,
             });
         scope
-            .pop(&format!("compiling {}.wgsl", kernel.name))
+            .pop(&format!(
+                "compiling {}.wgsl ({})",
+                kernel.name,
+                self.variant.name()
+            ))
             .await?;
-        self.lock_pipelines().insert(kernel.name, pipeline.clone());
+        self.lock_pipelines().insert(key, pipeline.clone());
         Ok(pipeline)
     }
 
     fn lock_pipelines(
         &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<&'static str, wgpu::ComputePipeline>> {
+    ) -> std::sync::MutexGuard<'_, HashMap<(&'static str, Variant), wgpu::ComputePipeline>> {
         // A panic while holding the lock cannot leave the map half-written (insert is atomic
         // from our side), so a poisoned lock is still usable.
         self.pipelines

@@ -16,7 +16,7 @@ use poot::tokenizer::Tokenizer;
 use poot::vocab::TokenId;
 use serde_json::{json, Value};
 
-use super::model::{monotonic_ms, run_options, GpuBackend};
+use super::model::{monotonic_ms, run_options, upload, GpuBackend};
 use super::{read, Failure, Options};
 
 const TEXT: &str = "The history of the printing press begins in the fifteenth century, when \
@@ -107,7 +107,15 @@ pub(super) fn bench(rest: &[String]) -> Result<ExitCode, Failure> {
             print(decode_row("cpu", "logits on the CPU", &steps, None));
         }
         "gpu" => {
-            let mut b = GpuBackend::new(&cpu, context)?;
+            let gpu = upload(&cpu)?;
+            // The kernels' variant (f32, f16, subgroups, f16+subgroups: POOT_GPU_DISABLE picks)
+            // goes on every GPU row, so runs of each variant can share one table.
+            let kernels = gpu.context().variant().name();
+            let print = |mut v: Value| {
+                v["kernels"] = kernels.into();
+                println!("{v}");
+            };
+            let mut b = GpuBackend::new(&gpu, context)?;
             print(prefill(&mut b, &prompt, "gpu")?);
             // Counters from after each prompt's prefill: decode steps only.
             b.truncate(0);
@@ -133,7 +141,7 @@ pub(super) fn bench(rest: &[String]) -> Result<ExitCode, Failure> {
                 })?;
                 let engine = Arc::new(Engine::from_gguf(&Gguf::parse(&file)?)?);
                 for overlap in [true, false] {
-                    print(constrained(&engine, &body, &cpu, overlap)?);
+                    print(constrained(&engine, &body, &gpu, overlap)?);
                 }
             }
         }
@@ -222,7 +230,7 @@ fn decode_row(
 fn constrained(
     engine: &Arc<Engine>,
     body: &Value,
-    cpu: &Model<&[u8]>,
+    gpu: &poot::gpu::Model,
     overlap: bool,
 ) -> Result<Value, Failure> {
     let endpoint = if body.get("messages").is_some() {
@@ -231,7 +239,7 @@ fn constrained(
         Endpoint::Completion
     };
     let mut run = Run::new(Arc::clone(engine), body, endpoint, run_options(endpoint))?;
-    let mut b = GpuBackend::new(cpu, run.context_needed())?;
+    let mut b = GpuBackend::new(gpu, run.context_needed())?;
     b.overlap = overlap;
     b.timings = Some(Vec::new());
     run.drive(&mut b, &mut |_| true)?;

@@ -61,7 +61,8 @@ pub(super) fn eval(rest: &[String]) -> Result<ExitCode, Failure> {
     cpu.set_threads(threads);
     let context = (prompt_ids.len() + greedy).clamp(1, cpu.config().context_length);
     let tok = Tokenizer::from_gguf_bytes(&file)?;
-    let mut backend = backend(opts.values.get("backend"), &cpu, context)?;
+    let weights = Weights::load(opts.values.get("backend"), &cpu)?;
+    let mut backend = weights.backend(context)?;
     let report = model::eval_with(backend.as_mut(), &tok, prompt_ids, top, greedy)?;
     println!("{}", report.to_json());
     Ok(ExitCode::SUCCESS)
@@ -83,7 +84,8 @@ pub(super) fn generate(rest: &[String]) -> Result<ExitCode, Failure> {
     let mut run = Run::new(engine, &body, endpoint, run_options(endpoint))?;
     let mut cpu = Model::from_gguf_bytes(&file[..])?;
     cpu.set_threads(opts.number("threads", Some(1))? as usize);
-    let mut backend = backend(opts.values.get("backend"), &cpu, run.context_needed())?;
+    let weights = Weights::load(opts.values.get("backend"), &cpu)?;
+    let mut backend = weights.backend(run.context_needed())?;
     let stream = run.request().stream;
     let mut out = std::io::stdout().lock();
     run.drive(backend.as_mut(), &mut |chunk| {
@@ -131,29 +133,57 @@ pub(super) fn monotonic_ms() -> f64 {
         * 1000.0
 }
 
-/// The backend `--backend` names (default `cpu`), holding a session of `context` positions.
-pub(super) fn backend<'m>(
-    name: Option<&String>,
-    cpu: &'m Model<&'m [u8]>,
-    context: usize,
-) -> Result<Box<dyn Backend + 'm>, Failure> {
-    match name.map(String::as_str).unwrap_or("cpu") {
-        "cpu" => Ok(Box::new(CpuBackend {
-            model: cpu,
-            session: cpu.session(context)?,
-        })),
-        "gpu" => Ok(Box::new(GpuBackend::new(cpu, context)?)),
-        other => Err(Failure::Usage(format!(
-            "`--backend` takes `cpu` or `gpu`, got `{other}`"
-        ))),
+/// The weights `--backend` names (default `cpu`), loaded once: on the GPU they are uploaded
+/// here, and every run gets its own session from them ([`Weights::backend`]).
+pub(super) enum Weights<'m> {
+    Cpu(&'m Model<&'m [u8]>),
+    // Boxed: made once per process, and clippy's large_enum_variant (256 bytes vs 8).
+    Gpu(Box<poot::gpu::Model>),
+}
+
+impl<'m> Weights<'m> {
+    pub(super) fn load(name: Option<&String>, cpu: &'m Model<&'m [u8]>) -> Result<Self, Failure> {
+        match name.map(String::as_str).unwrap_or("cpu") {
+            "cpu" => Ok(Weights::Cpu(cpu)),
+            "gpu" => Ok(Weights::Gpu(Box::new(upload(cpu)?))),
+            other => Err(Failure::Usage(format!(
+                "`--backend` takes `cpu` or `gpu`, got `{other}`"
+            ))),
+        }
     }
+
+    /// A backend holding a fresh session of `context` positions over these weights.
+    pub(super) fn backend(&self, context: usize) -> Result<Box<dyn Backend + '_>, Failure> {
+        Ok(match self {
+            Weights::Cpu(cpu) => Box::new(CpuBackend {
+                model: *cpu,
+                session: cpu.session(context)?,
+            }),
+            Weights::Gpu(model) => Box::new(GpuBackend::new(model, context)?),
+        })
+    }
+}
+
+/// The variable naming the optional GPU features not to use (`f16`, `subgroups`, comma
+/// separated): `POOT_GPU_DISABLE=f16,subgroups` runs the kernels' f32 path on any adapter.
+const GPU_DISABLE_VAR: &str = "POOT_GPU_DISABLE";
+
+/// Opens the GPU (less the features `POOT_GPU_DISABLE` names) and uploads `cpu`'s weights.
+pub(super) fn upload(cpu: &Model<&[u8]>) -> Result<poot::gpu::Model, Failure> {
+    let disabled = std::env::var(GPU_DISABLE_VAR).unwrap_or_default();
+    let options = poot::gpu::ContextOptions::without(&disabled)
+        .map_err(|e| Failure::Usage(format!("{GPU_DISABLE_VAR}: {e}")))?;
+    let ctx = Arc::new(pollster::block_on(poot::gpu::Context::with_options(
+        options,
+    ))?);
+    Ok(poot::gpu::Model::upload(ctx, cpu)?)
 }
 
 /// The GPU model behind the decode loop's synchronous [`Backend`] (the CLI may block). It
 /// samples on the GPU whenever the run allows (reading back 4 bytes a step), filling the
 /// mask on the CPU between submitting the forward pass and waiting for the token.
-pub(super) struct GpuBackend {
-    pub model: poot::gpu::Model,
+pub(super) struct GpuBackend<'g> {
+    pub model: &'g poot::gpu::Model,
     pub session: poot::gpu::Session,
     /// Off: read the logits back and sample on the CPU (the benchmark's comparison).
     pub sample_on_device: bool,
@@ -165,14 +195,12 @@ pub(super) struct GpuBackend {
     pub timings: Option<Vec<[f64; 3]>>,
 }
 
-impl GpuBackend {
-    pub(super) fn new(cpu: &Model<&[u8]>, context: usize) -> Result<Self, Failure> {
-        let ctx = Arc::new(pollster::block_on(poot::gpu::Context::new())?);
-        let model = poot::gpu::Model::upload(ctx, cpu)?;
-        let session = model.session(context)?;
+impl<'g> GpuBackend<'g> {
+    /// A fresh session of `context` positions over weights already on the GPU.
+    pub(super) fn new(model: &'g poot::gpu::Model, context: usize) -> Result<Self, Failure> {
         Ok(GpuBackend {
+            session: model.session(context)?,
             model,
-            session,
             sample_on_device: true,
             overlap: true,
             timings: None,
@@ -180,7 +208,7 @@ impl GpuBackend {
     }
 }
 
-impl Backend for GpuBackend {
+impl Backend for GpuBackend<'_> {
     fn n_vocab(&self) -> usize {
         self.model.config().n_vocab
     }

@@ -4,7 +4,8 @@
 //! `GET /health` (`status`, plus `queued`, `busy`, and `finished` requests with their
 //! `completion_tokens`, which show a cancelled stream stopped). One model, one generation at a time: HTTP threads parse and validate each
 //! request (so a 400 comes back at once, even while another request generates) and queue it
-//! for the one generation thread, which owns the model. Streams are Server-Sent Events in
+//! for the one generation thread, which owns the model: its weights are loaded (on the GPU,
+//! uploaded) once, before the server listens, and each request gets a fresh session. Streams are Server-Sent Events in
 //! OpenAI's chunk format ending with `data: [DONE]`, written straight to the socket; a client
 //! that goes away fails the next write, which cancels its generation within one step.
 
@@ -21,7 +22,7 @@ use poot::Error;
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response, Server};
 
-use super::model::{backend, run_options};
+use super::model::{run_options, Weights};
 use super::{read, Failure, Options};
 
 /// Largest request body accepted, in bytes (a 16 KiB schema and a long conversation fit; a
@@ -72,14 +73,16 @@ pub(super) fn serve(rest: &[String]) -> Result<ExitCode, Failure> {
 
     let (jobs, queue) = channel::<Job>();
     let stats = Arc::new(Stats::default());
-    // Built before listening, so a model or backend that cannot load fails the command.
+    // Built before listening, so a model or backend that cannot load fails the command (a
+    // missing GPU fails here, not on the first request). Leaked like the file: the weights
+    // (on the GPU, uploaded once) live as long as the process and borrow the CPU model.
     let mut cpu = Model::from_gguf_bytes(file)?;
     cpu.set_threads(threads);
-    // Check the backend once now (a GPU that is missing fails here, not on the first request).
-    drop(backend(backend_name.as_ref(), &cpu, 1)?);
+    let cpu: &'static Model<&'static [u8]> = Box::leak(Box::new(cpu));
+    let weights = Weights::load(backend_name.as_ref(), cpu)?;
     {
         let stats = stats.clone();
-        std::thread::spawn(move || generation_thread(cpu, backend_name, queue, &stats));
+        std::thread::spawn(move || generation_thread(&weights, queue, &stats));
     }
 
     let server = Server::http(format!("{host}:{port}"))
@@ -97,17 +100,13 @@ pub(super) fn serve(rest: &[String]) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs queued jobs one at a time on the model.
-fn generation_thread(
-    cpu: Model<&'static [u8]>,
-    backend_name: Option<String>,
-    queue: Receiver<Job>,
-    stats: &Stats,
-) {
+/// Runs queued jobs one at a time on the model, each in a fresh session over `weights`.
+fn generation_thread(weights: &Weights<'_>, queue: Receiver<Job>, stats: &Stats) {
     for mut job in queue {
         stats.busy.store(true, Ordering::SeqCst);
         stats.queued.fetch_sub(1, Ordering::SeqCst);
-        let result = backend(backend_name.as_ref(), &cpu, job.run.context_needed())
+        let result = weights
+            .backend(job.run.context_needed())
             .map_err(|e| match e {
                 Failure::Request(e) => e,
                 other => Error::gpu(format!("{other:?}")),
@@ -292,4 +291,58 @@ fn too_large() -> Error {
     Error::limit_exceeded(format!(
         "the request body is over the limit of {MAX_BODY_BYTES} bytes"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use poot::model::synthetic::TinySpec;
+
+    #[test]
+    fn gpu_weights_are_uploaded_once_for_every_request() {
+        let file: &'static [u8] = Box::leak(TinySpec::default().build().into_boxed_slice());
+        let cpu: &'static Model<&'static [u8]> =
+            Box::leak(Box::new(Model::from_gguf_bytes(file).unwrap()));
+        let before = poot::gpu::weight_bytes_uploaded();
+        let weights = match Weights::load(Some(&"gpu".to_owned()), cpu) {
+            Ok(weights) => weights,
+            Err(_) => panic!("GPU tests need an adapter"),
+        };
+        assert!(matches!(weights, Weights::Gpu(_)));
+        // Process-wide, so a backend that opened its own context and uploaded again counts.
+        let uploaded = poot::gpu::weight_bytes_uploaded();
+        assert!(uploaded > before);
+        let engine = Arc::new(Engine::from_gguf(&Gguf::parse(file).unwrap()).unwrap());
+        let stats = Stats::default();
+        let (jobs, queue) = channel();
+        let mut replies = Vec::new();
+        for _ in 0..3 {
+            let body = json!({"prompt": "ab", "max_tokens": 4, "temperature": 0});
+            let endpoint = Endpoint::Completion;
+            let run = Run::new(engine.clone(), &body, endpoint, run_options(endpoint)).unwrap();
+            let (events, reply) = sync_channel(64);
+            stats.queued.fetch_add(1, Ordering::SeqCst);
+            jobs.send(Job { run, events }).unwrap();
+            replies.push(reply);
+        }
+        drop(jobs);
+        // Returns once the queue is empty and closed.
+        generation_thread(&weights, queue, &stats);
+        let mut texts = Vec::new();
+        for reply in replies {
+            let done = reply.iter().find_map(|event| match event {
+                Event::Done(result) => Some(result),
+                Event::Chunk(_) => None,
+            });
+            let body = done
+                .expect("a Done event")
+                .unwrap()
+                .expect("a response body");
+            texts.push(body["choices"][0]["text"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(stats.finished.load(Ordering::SeqCst), 3);
+        // Greedy from the same prompt in a fresh session each time: the same text.
+        assert!(texts.iter().all(|t| t == &texts[0]), "{texts:?}");
+        assert_eq!(poot::gpu::weight_bytes_uploaded(), uploaded);
+    }
 }
