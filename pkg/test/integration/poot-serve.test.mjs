@@ -91,10 +91,18 @@ test("the spec's curl example works verbatim and conforms", async () => {
   assert.equal(r.status, 200);
   const out = await r.json();
   assert.equal(out.object, "chat.completion");
-  const value = JSON.parse(out.choices[0].message.content);
+  assert.equal(out.usage.total_tokens, out.usage.prompt_tokens + out.usage.completion_tokens);
+  // The body has no seed, so the server draws one: about 1 run in 40 writes a name long
+  // enough that the 64 tokens end inside it, which is the one other correct outcome.
+  const choice = out.choices[0];
+  if (choice.finish_reason === "length") {
+    assert.equal(out.usage.completion_tokens, 64);
+    return;
+  }
+  assert.equal(choice.finish_reason, "stop");
+  const value = JSON.parse(choice.message.content);
   const valid = validator(character);
   assert.ok(valid(value), JSON.stringify(valid.errors));
-  assert.equal(out.usage.total_tokens, out.usage.prompt_tokens + out.usage.completion_tokens);
 });
 
 test("openai client: response_format json_schema, non-streamed, n = 2", async () => {
