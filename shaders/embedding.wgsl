@@ -6,7 +6,11 @@
 //   0  weights  array<u32>  read        rows * row_words
 //   1  ids      array<u32>  read        tokens
 //   2  out      array<f32>  read_write  tokens * cols
-//   3  params   Params      uniform     cols, tokens, format, row_words
+//   3  params   Params      uniform     cols, tokens, format, row_words, first_row, rows
+//
+// A table over the adapter's storage binding limit is bound one row chunk at a time
+// (src/gpu/matvec.rs), rows first_row..first_row + rows; each chunk's dispatch writes only
+// the tokens whose id falls in its range (first_row = 0, rows = the vocabulary when unsplit).
 //
 // Formats: 0 F32, 1 F16, 2 Q8_0 (9-word blocks), 3 Q4_0 (5-word blocks), 4 Q4_1 (5 words).
 // Dispatch: ceil(tokens * cols / WG) workgroups; one invocation per output value.
@@ -16,6 +20,10 @@ struct Params {
     tokens: u32,
     format: u32,
     row_words: u32,
+    first_row: u32,
+    rows: u32,
+    unused_a: u32,
+    unused_b: u32,
 }
 
 @group(0) @binding(0) var<storage, read> weights: array<u32>;
@@ -66,5 +74,10 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     }
     let token = i / params.cols;
     let k = i % params.cols;
-    out[i] = weight(ids[token] * params.row_words, k);
+    // Unsigned: an id below first_row wraps to a large row and is skipped too.
+    let row = ids[token] - params.first_row;
+    if (row >= params.rows) {
+        return;
+    }
+    out[i] = weight(row * params.row_words, k);
 }

@@ -15,8 +15,13 @@
 // Bindings (group 0)
 //   0  weights  array<u32>  read        rows * row_words
 //   1  x        array<f32>  read        tokens * cols activations
-//   2  y        array<f32>  read_write  tokens * rows outputs
-//   3  params   Params      uniform     rows, cols, tokens, groups_x, format, row_words
+//   2  y        array<f32>  read_write  tokens * out_rows outputs
+//   3  params   Params      uniform     rows, cols, tokens, groups_x, format, row_words,
+//                                       row_offset, out_rows
+//
+// A matrix over the adapter's storage binding limit is bound one row chunk at a time
+// (src/gpu/matvec.rs): `rows` is the chunk's, its row r is the matrix's row_offset + r, and
+// y holds all out_rows rows of each token (out_rows = rows, row_offset = 0 when unsplit).
 //
 // Dispatch: (groups_x, ceil(ceil(rows / ROWS) / groups_x), tokens) workgroups of WG
 // invocations; each workgroup computes ROWS output rows of one token, a team of LANES
@@ -43,8 +48,8 @@ struct Params {
     groups_x: u32,
     format: u32,
     row_words: u32,
-    unused_a: u32,
-    unused_b: u32,
+    row_offset: u32,
+    out_rows: u32,
 }
 
 @group(0) @binding(0) var<storage, read> weights: array<u32>;
@@ -163,7 +168,7 @@ fn main(
         }
         let total = subgroupAdd(sum);
         if (lane == 0u) {
-            y[token * params.rows + row] = total;
+            y[token * params.out_rows + params.row_offset + row] = total;
         }
     }
 }
@@ -192,7 +197,7 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index
         workgroupBarrier();
     }
     if (lane == 0u && row < params.rows) {
-        y[token * params.rows + row] = partial_sums[local];
+        y[token * params.out_rows + params.row_offset + row] = partial_sums[local];
     }
 }
 //#endif

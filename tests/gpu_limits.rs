@@ -1,12 +1,13 @@
-//! A model the GPU cannot hold is refused whole, before any buffer is made, with an error
-//! naming the tensor, its size and the adapter's limit (the in-page engine shows it as the
-//! reason it stayed on the CPU): on a lavapipe device whose storage binding limit is lowered
-//! below the tiny synthetic model's token embedding, and for weights with no GPU kernel.
+//! A model whose matrices exceed the adapter's storage binding limit is uploaded in row
+//! chunks and runs; one whose single rows exceed it is refused whole, before any buffer is
+//! made, with an error naming the tensor, its size and the adapter's limit (the in-page
+//! engine shows it as the reason it stayed on the CPU): on lavapipe devices whose storage
+//! binding limit is lowered, and for weights with no GPU kernel.
 #![cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
 
 use std::sync::Arc;
 
-use poot::gpu::{AdapterSummary, Context, Model as GpuModel};
+use poot::gpu::{AdapterSummary, Context, ContextOptions, Model as GpuModel};
 use poot::model::synthetic::TinySpec;
 use poot::model::Model;
 use poot::quant::QuantType;
@@ -41,29 +42,67 @@ fn context_with_binding_limit(max_binding: u32) -> Arc<Context> {
 }
 
 #[test]
-fn a_model_larger_than_a_binding_is_refused_before_upload() {
-    let file = TinySpec::default().build(); // Q8_0, 265 tokens x 64
+fn a_model_whose_rows_exceed_a_binding_is_refused_before_upload() {
+    let file = TinySpec::default().build(); // Q8_0, 265 tokens x 64: 72-byte rows
     let cpu = Model::from_gguf_bytes(&file[..]).unwrap();
-    let ctx = context_with_binding_limit(16 * 1024);
     let expected = "the model is too large for this GPU adapter: tensor `token_embd.weight` \
-                    (265x64 Q8_0) needs 19080 bytes in one buffer, over the adapter's limit of \
-                    16384 bytes (maxStorageBufferBindingSize / maxBufferSize)";
-    let err = GpuModel::check_fits(&ctx, &cpu).unwrap_err();
-    assert_eq!(err.to_string(), expected);
-    assert_eq!(err.code(), "limit_exceeded");
-    assert_eq!(err.param(), Some("model"));
-    let err = GpuModel::upload(Arc::clone(&ctx), &cpu).unwrap_err();
-    assert_eq!(err.to_string(), expected);
-    let err = pollster::block_on(GpuModel::upload_scoped(Arc::clone(&ctx), &cpu)).unwrap_err();
-    assert_eq!(err.to_string(), expected);
+                    (265x64 Q8_0): one row needs 72 bytes, over this adapter's limit of 64 \
+                    bytes for one buffer (maxStorageBufferBindingSize / maxBufferSize)";
+    let device_limited = context_with_binding_limit(64);
+    let options = ContextOptions {
+        max_binding_bytes: Some(64),
+        ..ContextOptions::default()
+    };
+    let capped = Arc::new(pollster::block_on(Context::with_options(options)).unwrap());
+    for ctx in [device_limited, capped] {
+        let err = GpuModel::check_fits(&ctx, &cpu).unwrap_err();
+        assert_eq!(err.to_string(), expected);
+        assert_eq!(err.code(), "limit_exceeded");
+        assert_eq!(err.param(), Some("model"));
+        let err = GpuModel::upload(Arc::clone(&ctx), &cpu).unwrap_err();
+        assert_eq!(err.to_string(), expected);
+        let err = pollster::block_on(GpuModel::upload_scoped(Arc::clone(&ctx), &cpu)).unwrap_err();
+        assert_eq!(err.to_string(), expected);
+        // A matrix uploaded on its own says which one.
+        let err = ctx
+            .upload_matrix("wide", QuantType::F32, 2, 17, &[0; 2 * 17 * 4])
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "weight matrix `wide`: one row needs 68 bytes, over this adapter's limit of 64 \
+             bytes for one buffer (maxStorageBufferBindingSize / maxBufferSize)"
+        );
+        assert_eq!(err.param(), Some("weights"));
+    }
+}
 
-    // With room for it, the same model uploads and runs.
-    let roomy = context_with_binding_limit(1 << 20);
-    let gpu = pollster::block_on(GpuModel::upload_scoped(roomy, &cpu)).unwrap();
-    let mut session = gpu.session(8).unwrap();
-    assert_eq!(session.capacity(), 8);
-    let logits = pollster::block_on(gpu.forward(&mut session, &[3, 4, 5])).unwrap();
-    assert_eq!(logits.len(), cpu.config().n_vocab);
+#[test]
+fn a_model_larger_than_a_binding_is_split_and_gives_the_unsplit_logits() {
+    let spec = TinySpec {
+        weight_type: QuantType::F32,
+        ..TinySpec::default()
+    };
+    let file = spec.build(); // 265 tokens x 64 F32: 67,840 bytes
+    let cpu = Model::from_gguf_bytes(&file[..]).unwrap();
+    let mut logits = Vec::new();
+    // The device's own limit, not a cap: any binding over it is a validation error, so this
+    // also checks that no chunk exceeds it (156 rows of 256 bytes, then 109). 40,000 bytes
+    // still holds the activations, which are not split: the largest, the FFN's, is
+    // 64 tokens x 128 x 4 = 32,768 bytes.
+    for limit in [1 << 20, 40_000] {
+        let ctx = context_with_binding_limit(limit);
+        let gpu = pollster::block_on(GpuModel::upload_scoped(ctx, &cpu)).unwrap();
+        let mut session = gpu.session(8).unwrap();
+        assert_eq!(session.capacity(), 8);
+        let l = pollster::block_on(gpu.forward(&mut session, &[3, 4, 264])).unwrap();
+        assert_eq!(l.len(), cpu.config().n_vocab);
+        logits.push(l);
+    }
+    let same = logits[0]
+        .iter()
+        .zip(&logits[1])
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "split logits differ from unsplit");
 }
 
 #[test]

@@ -6,11 +6,15 @@
 //! scale, since individual logits near zero have no meaningful relative error), plus top-1
 //! agreement; greedy decoding must produce the same tokens. Every variant the adapter runs
 //! (f32, `shader-f16`, subgroups: `Context::every_variant`) is held to the same bounds.
+//!
+//! The same models with the storage binding limit capped so that the embedding, the output
+//! and the FFN matrices are split into row chunks must give bit-identical logits to the
+//! unsplit run: each row's arithmetic is the same, only which buffer holds it changes.
 #![cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
 
 use std::sync::Arc;
 
-use poot::gpu::{Context, Model as GpuModel};
+use poot::gpu::{Context, ContextOptions, Counters, Model as GpuModel};
 use poot::model::synthetic::TinySpec;
 use poot::model::Model;
 use poot::quant::QuantType;
@@ -25,6 +29,17 @@ fn contexts() -> Vec<Arc<Context>> {
         .collect()
 }
 
+/// A context of `ctx`'s variant whose storage bindings hold at most `max_binding_bytes`.
+fn capped(ctx: &Context, max_binding_bytes: u64) -> Arc<Context> {
+    let options = ContextOptions {
+        max_binding_bytes: Some(max_binding_bytes),
+        ..ContextOptions::only(ctx.variant())
+    };
+    let capped = pollster::block_on(Context::with_options(options)).unwrap();
+    assert_eq!(capped.variant(), ctx.variant());
+    Arc::new(capped)
+}
+
 /// max |a - b| / max |b|.
 fn relative_error(gpu: &[f32], cpu: &[f32]) -> f32 {
     let scale = cpu.iter().fold(0f32, |m, x| m.max(x.abs()));
@@ -32,6 +47,46 @@ fn relative_error(gpu: &[f32], cpu: &[f32]) -> f32 {
         .zip(cpu)
         .fold(0f32, |m, (g, c)| m.max((g - c).abs()))
         / scale
+}
+
+/// Runs a tiny model of `weight_type` on `ctx` and the CPU: a prompt longer than one GPU
+/// chunk (64), then decode steps, 4 forward calls in all, each checked against the CPU.
+/// Returns the GPU's logits of each call and the session's counters.
+fn tiny_model_run(
+    ctx: &Arc<Context>,
+    weight_type: QuantType,
+    tied_output: bool,
+) -> (Vec<Vec<f32>>, Counters) {
+    let spec = TinySpec {
+        weight_type,
+        tied_output,
+        n_layer: 2,
+        ..TinySpec::default()
+    };
+    let file = spec.build();
+    let cpu = Model::from_gguf_bytes(&file[..]).unwrap();
+    let gpu = GpuModel::upload(Arc::clone(ctx), &cpu).unwrap();
+    let mut cpu_session = cpu.session(96).unwrap();
+    let mut gpu_session = gpu.session(96).unwrap();
+    let prompt: Vec<u32> = (0..70).map(|i| 3 + (i * 37) % 200).collect();
+    let mut next = prompt;
+    let mut logits = Vec::new();
+    for step in 0..4 {
+        let c = cpu.forward(&mut cpu_session, &next).unwrap();
+        let g = pollster::block_on(gpu.forward(&mut gpu_session, &next)).unwrap();
+        let err = relative_error(&g, &c);
+        let what = format!(
+            "{} ({}) tied={tied_output} step {step}",
+            weight_type.name(),
+            ctx.variant().name()
+        );
+        assert!(err < 1e-4, "{what}: relative logit error {err}");
+        assert_eq!(argmax(&g), argmax(&c), "{what}: top-1 differs");
+        next = vec![argmax(&c)];
+        logits.push(g);
+    }
+    assert_eq!(gpu_session.len(), cpu_session.len());
+    (logits, gpu_session.counters())
 }
 
 #[test]
@@ -45,35 +100,44 @@ fn tiny_models_match_the_cpu_in_every_format() {
             QuantType::F32,
         ] {
             for tied_output in [true, false] {
-                let spec = TinySpec {
-                    weight_type,
-                    tied_output,
-                    n_layer: 2,
-                    ..TinySpec::default()
-                };
-                let file = spec.build();
-                let cpu = Model::from_gguf_bytes(&file[..]).unwrap();
-                let gpu = GpuModel::upload(Arc::clone(&ctx), &cpu).unwrap();
-                let mut cpu_session = cpu.session(96).unwrap();
-                let mut gpu_session = gpu.session(96).unwrap();
-                // A prompt longer than one GPU chunk (64), then decode steps.
-                let prompt: Vec<u32> = (0..70).map(|i| 3 + (i * 37) % 200).collect();
-                let mut next = prompt;
-                for step in 0..4 {
-                    let c = cpu.forward(&mut cpu_session, &next).unwrap();
-                    let g = pollster::block_on(gpu.forward(&mut gpu_session, &next)).unwrap();
-                    let err = relative_error(&g, &c);
-                    let what = format!(
-                        "{} ({}) tied={tied_output} step {step}",
-                        weight_type.name(),
-                        ctx.variant().name()
-                    );
-                    assert!(err < 1e-4, "{what}: relative logit error {err}");
-                    assert_eq!(argmax(&g), argmax(&c), "{what}: top-1 differs");
-                    next = vec![argmax(&c)];
-                }
-                assert_eq!(gpu_session.len(), cpu_session.len());
+                tiny_model_run(&ctx, weight_type, tied_output);
             }
+        }
+    }
+}
+
+#[test]
+fn tiny_models_split_into_row_chunks_give_the_unsplit_logits() {
+    // 13,000 bytes: above the 96-position KV cache (96 x 32 x 4 = 12,288 bytes), below most
+    // F32 matrices of the 64-wide model, so chunks end at rows no power of two divides:
+    // 256-byte rows (64 columns) go 50 to a chunk, 512-byte rows (w_down, 128 columns) 25.
+    const CAP: u64 = 13_000;
+    for ctx in contexts() {
+        let split = capped(&ctx, CAP);
+        for tied_output in [true, false] {
+            let what = format!("F32 ({}) tied={tied_output}", ctx.variant().name());
+            let (whole, whole_counters) = tiny_model_run(&ctx, QuantType::F32, tied_output);
+            let (chunked, chunked_counters) = tiny_model_run(&split, QuantType::F32, tied_output);
+            for (step, (w, c)) in whole.iter().zip(&chunked).enumerate() {
+                let same = w.iter().zip(c).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{what} step {step}: split logits differ from unsplit");
+            }
+            // Five submissions (the 70-token prompt's chunks of 64 and 6, then 3 decode
+            // steps) of the embedding and 2 layers of 15, and four of them end with the norm
+            // and the logits. Split, the 265x64 embedding (67,840 bytes) takes 6 dispatches
+            // (5 x 50 + 15 rows) and, per layer, wq and wo (64 rows) 2, w_gate and w_up (128
+            // rows: 50 + 50 + 28) 3, w_down (64 rows: 25 + 25 + 14) 3, 8 more than 15; the
+            // output, tied or not, 6.
+            assert_eq!(
+                whole_counters.dispatches,
+                5 * (1 + 2 * 15) + 4 * 2,
+                "{what}"
+            );
+            assert_eq!(
+                chunked_counters.dispatches,
+                5 * (6 + 2 * (15 + 8)) + 4 * (1 + 6),
+                "{what}"
+            );
         }
     }
 }
@@ -110,9 +174,7 @@ fn reference_model_prefill_logits_and_greedy_tokens_match_the_cpu() {
     let mut f32_prefill: Option<Vec<f32>> = None;
     for ctx in contexts() {
         let variant = ctx.variant().name();
-        let gpu = GpuModel::upload(Arc::clone(&ctx), &cpu).unwrap();
-        let mut gpu_session = gpu.session(128).unwrap();
-        let g = pollster::block_on(gpu.forward(&mut gpu_session, &prompt)).unwrap();
+        let (g, gpu_tokens, whole_counters) = reference_run(&ctx, &cpu, &prompt, STEPS);
         let err = relative_error(&g, &cpu_prefill);
         let vs_f32 = f32_prefill.as_ref().map(|f| relative_error(&g, f));
         let vs_f32_text = vs_f32.map_or("-".to_owned(), |e| format!("{e:.2e}"));
@@ -128,13 +190,58 @@ fn reference_model_prefill_logits_and_greedy_tokens_match_the_cpu() {
                 "{variant} prefill vs f32: relative error {vs_f32}"
             );
         }
-        let mut gpu_tokens = vec![argmax(&g)];
-        for _ in 1..STEPS {
-            let last = &gpu_tokens[gpu_tokens.len() - 1..];
-            let g = pollster::block_on(gpu.forward(&mut gpu_session, last)).unwrap();
-            gpu_tokens.push(argmax(&g));
-        }
         assert_eq!(gpu_tokens, cpu_tokens, "{variant}: greedy tokens differ");
+
+        // 200,000 bytes holds 555 of the 360-byte Q4_1 rows of the 576 columns wide
+        // matrices, 208 of w_down's 960-byte ones (1,536 columns) and 308 of token_embd's
+        // (Q8_0, 648 bytes a row as uploaded): token_embd (49,152 rows, 31.9 MB) splits in
+        // 160 chunks (159 x 308 + 180), wq and wo (576 rows) in 2, w_gate and w_up (1,536
+        // rows: 555 + 555 + 426) in 3, w_down (576 rows: 208 + 208 + 160) in 3. The KV cache
+        // (128 x 192 x 4 = 98,304 bytes) and the logits (196,608) still fit.
+        let split = capped(&ctx, 200_000);
+        let (split_prefill, split_tokens, split_counters) =
+            reference_run(&split, &cpu, &prompt, STEPS);
+        let same = g
+            .iter()
+            .zip(&split_prefill)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{variant}: split prefill logits differ from unsplit");
+        assert_eq!(
+            split_tokens, cpu_tokens,
+            "{variant}: split greedy tokens differ"
+        );
+        // Each of the 16 forward calls (the prompt is one chunk) unsplit: 1 + 30 x 15 + 2.
+        // Split: 160 for the embedding, 30 x (15 + 8), the norm and 160 for the tied logits.
+        eprintln!(
+            "{variant}: dispatches per forward call: {} unsplit, {} split",
+            whole_counters.dispatches / STEPS as u64,
+            split_counters.dispatches / STEPS as u64
+        );
+        assert_eq!(whole_counters.dispatches, STEPS as u64 * 453);
+        assert_eq!(
+            split_counters.dispatches,
+            STEPS as u64 * (160 + 30 * (15 + 8) + 1 + 160)
+        );
         f32_prefill.get_or_insert(g);
     }
+}
+
+/// Prefill of `prompt` on `ctx` and greedy decoding to `steps` tokens: the prefill logits,
+/// the tokens and the session's counters.
+fn reference_run<B: AsRef<[u8]>>(
+    ctx: &Arc<Context>,
+    cpu: &Model<B>,
+    prompt: &[u32],
+    steps: usize,
+) -> (Vec<f32>, Vec<u32>, Counters) {
+    let gpu = GpuModel::upload(Arc::clone(ctx), cpu).unwrap();
+    let mut session = gpu.session(128).unwrap();
+    let prefill = pollster::block_on(gpu.forward(&mut session, prompt)).unwrap();
+    let mut tokens = vec![argmax(&prefill)];
+    for _ in 1..steps {
+        let last = &tokens[tokens.len() - 1..];
+        let g = pollster::block_on(gpu.forward(&mut session, last)).unwrap();
+        tokens.push(argmax(&g));
+    }
+    (prefill, tokens, session.counters())
 }

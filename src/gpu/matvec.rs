@@ -5,6 +5,11 @@
 //! ([`repack`]): Q4_1 blocks (20 bytes) and F32 are bound as the file has them; Q8_0 (34
 //! bytes) and Q4_0 (18 bytes) blocks get their f16 scale widened to an f32 word, which also
 //! aligns them (36 and 20 bytes, +6% and +11%); F16 rows of odd length get a zero half.
+//!
+//! A matrix larger than one storage binding of the adapter (`maxStorageBufferBindingSize`,
+//! 128 MiB by WebGPU's default, less on some phones) is uploaded as row chunks, each its own
+//! buffer, and every kernel over it dispatches once per chunk; a matrix that fits is one chunk,
+//! so one dispatch as before.
 
 use super::ops::Sink;
 use super::{kernel, Context, ErrorScope, Kernel};
@@ -14,10 +19,20 @@ use crate::quant::{self, QuantType};
 /// A weight matrix on the GPU: `rows` outputs, `cols` inputs, in its repacked layout.
 #[derive(Debug)]
 pub struct Matrix {
-    buffer: wgpu::Buffer,
+    /// Consecutive row ranges covering all rows, each in a buffer no larger than one storage
+    /// binding.
+    chunks: Vec<RowChunk>,
     format: QuantType,
     rows: usize,
     cols: usize,
+}
+
+/// Rows `first_row..first_row + rows` of a [`Matrix`], in a buffer of their own.
+#[derive(Debug)]
+struct RowChunk {
+    buffer: wgpu::Buffer,
+    first_row: usize,
+    rows: usize,
 }
 
 impl Matrix {
@@ -34,6 +49,11 @@ impl Matrix {
     /// The weights' format.
     pub fn format(&self) -> QuantType {
         self.format
+    }
+
+    /// Buffers the rows are split into: 1 unless the matrix exceeds a storage binding.
+    pub fn chunks(&self) -> usize {
+        self.chunks.len()
     }
 }
 
@@ -114,7 +134,25 @@ pub(crate) fn gpu_bytes(format: QuantType, rows: usize, cols: usize) -> Result<u
 }
 
 impl Context {
-    /// Uploads a weight matrix (GGUF bytes, row-major) in the layout its kernel reads.
+    /// Rows of `row_bytes` each that one buffer may hold on this adapter (at least 1); an
+    /// error when a single row is over the storage binding limit, as no split can bind it.
+    pub(crate) fn rows_per_buffer(&self, row_bytes: u64) -> Result<usize> {
+        if row_bytes > self.max_binding_bytes {
+            return Err(Error::limit_exceeded(format!(
+                "one row needs {row_bytes} bytes, over this adapter's limit of {} bytes for one \
+                 buffer (maxStorageBufferBindingSize / maxBufferSize)",
+                self.max_binding_bytes
+            )));
+        }
+        // A zero-byte row (no columns) fits any number of times; one chunk then.
+        Ok(self
+            .max_binding_bytes
+            .checked_div(row_bytes)
+            .map_or(usize::MAX, |n| n.try_into().unwrap_or(usize::MAX)))
+    }
+
+    /// Uploads a weight matrix (GGUF bytes, row-major) in the layout its kernel reads, in
+    /// row chunks of as many rows as one storage binding holds.
     pub fn upload_matrix(
         &self,
         name: &str,
@@ -124,19 +162,38 @@ impl Context {
         bytes: &[u8],
     ) -> Result<Matrix> {
         let words = repack(format, rows, cols, bytes)?;
-        self.check_binding_size(
-            &format!("weight matrix {name}"),
-            "weights",
-            words.len() as u64 * 4,
-        )?;
-        let buffer = self.storage_buffer(
-            name,
-            bytemuck::cast_slice(&words),
-            wgpu::BufferUsages::empty(),
-        );
-        super::WEIGHT_BYTES_UPLOADED.fetch_add(buffer.size(), std::sync::atomic::Ordering::Relaxed);
+        let (_, row_words) = gpu_layout(format, cols)?;
+        let rows_per_chunk = self
+            .rows_per_buffer(row_words as u64 * 4)
+            .map_err(|e| {
+                Error::limit_exceeded(format!("weight matrix `{name}`: {}", e.message()))
+                    .with_param("weights")
+            })?
+            .min(rows.max(1));
+        let mut chunks = Vec::with_capacity(rows.div_ceil(rows_per_chunk));
+        for first_row in (0..rows).step_by(rows_per_chunk) {
+            let chunk_rows = rows_per_chunk.min(rows - first_row);
+            let chunk_words = &words[first_row * row_words..][..chunk_rows * row_words];
+            let label = if chunk_rows == rows {
+                name.to_owned()
+            } else {
+                format!("{name}[{first_row}..{}]", first_row + chunk_rows)
+            };
+            let buffer = self.storage_buffer(
+                &label,
+                bytemuck::cast_slice(chunk_words),
+                wgpu::BufferUsages::empty(),
+            );
+            super::WEIGHT_BYTES_UPLOADED
+                .fetch_add(buffer.size(), std::sync::atomic::Ordering::Relaxed);
+            chunks.push(RowChunk {
+                buffer,
+                first_row,
+                rows: chunk_rows,
+            });
+        }
         Ok(Matrix {
-            buffer,
+            chunks,
             format,
             rows,
             cols,
@@ -181,7 +238,8 @@ impl Context {
         Ok(bytemuck::cast_slice(&bytes).to_vec())
     }
 
-    /// Records `y[t] = W x[t]` for `tokens` rows into `encoder`.
+    /// Records `y[t] = W x[t]` for `tokens` rows into `encoder`: one dispatch per row chunk,
+    /// each writing its rows of every token's `y`.
     pub(crate) async fn record_matvec(
         &self,
         encoder: &mut impl Sink,
@@ -191,34 +249,43 @@ impl Context {
         tokens: usize,
     ) -> Result<()> {
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension as usize;
-        let row_groups = matrix.rows.div_ceil(MATVEC_ROWS_PER_GROUP);
-        let groups_x = row_groups.min(max_groups);
-        let groups_y = row_groups.div_ceil(groups_x);
-        if groups_y > max_groups || tokens > max_groups {
-            return Err(Error::limit_exceeded(format!(
-                "{} rows x {tokens} tokens exceed this adapter's {max_groups} workgroups per \
-                 dispatch dimension",
-                matrix.rows
-            ))
-            .with_param("x"));
-        }
         let (format, row_words) = gpu_layout(matrix.format, matrix.cols)?;
-        let params = [
-            matrix.rows as u32,
-            matrix.cols as u32,
-            tokens as u32,
-            groups_x as u32,
-            format,
-            row_words as u32,
-            0,
-            0,
-        ];
-        let groups = (groups_x as u32, groups_y as u32, tokens as u32);
-        self.record(encoder, MATVEC, &[&matrix.buffer, x, y], &params, groups)
-            .await
+        for chunk in &matrix.chunks {
+            let row_groups = chunk.rows.div_ceil(MATVEC_ROWS_PER_GROUP);
+            let groups_x = row_groups.min(max_groups);
+            let groups_y = row_groups.div_ceil(groups_x);
+            if groups_y > max_groups || tokens > max_groups {
+                return Err(Error::limit_exceeded(format!(
+                    "{} rows x {tokens} tokens exceed this adapter's {max_groups} workgroups \
+                     per dispatch dimension",
+                    chunk.rows
+                ))
+                .with_param("x"));
+            }
+            // The chunk's place in `y` goes in the uniform rather than a binding offset: with
+            // several tokens its outputs are `tokens` separate runs of `y` (row-major, token
+            // by token), which no single offset binding covers, and offsets would also have
+            // to be multiples of minStorageBufferOffsetAlignment (256 bytes).
+            let params = [
+                chunk.rows as u32,
+                matrix.cols as u32,
+                tokens as u32,
+                groups_x as u32,
+                format,
+                row_words as u32,
+                chunk.first_row as u32,
+                matrix.rows as u32,
+            ];
+            let groups = (groups_x as u32, groups_y as u32, tokens as u32);
+            self.record(encoder, MATVEC, &[&chunk.buffer, x, y], &params, groups)
+                .await?;
+        }
+        Ok(())
     }
 
-    /// Records `out[t] = dequantized row ids[t] of matrix` (the token embedding lookup).
+    /// Records `out[t] = dequantized row ids[t] of matrix` (the token embedding lookup): one
+    /// dispatch per row chunk, each copying the rows whose id falls in its range. The ids
+    /// are read on the GPU, so the host need not know them to pick a chunk.
     pub(crate) async fn record_embedding(
         &self,
         encoder: &mut impl Sink,
@@ -228,16 +295,28 @@ impl Context {
         tokens: usize,
     ) -> Result<()> {
         let (code, row_words) = gpu_layout(matrix.format, matrix.cols)?;
-        let params = [matrix.cols as u32, tokens as u32, code, row_words as u32];
         let groups = ((tokens * matrix.cols) as u32).div_ceil(64);
-        self.record(
-            encoder,
-            EMBEDDING,
-            &[&matrix.buffer, ids, out],
-            &params,
-            (groups, 1, 1),
-        )
-        .await
+        for chunk in &matrix.chunks {
+            let params = [
+                matrix.cols as u32,
+                tokens as u32,
+                code,
+                row_words as u32,
+                chunk.first_row as u32,
+                chunk.rows as u32,
+                0,
+                0,
+            ];
+            self.record(
+                encoder,
+                EMBEDDING,
+                &[&chunk.buffer, ids, out],
+                &params,
+                (groups, 1, 1),
+            )
+            .await?;
+        }
+        Ok(())
     }
 }
 

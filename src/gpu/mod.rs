@@ -50,14 +50,22 @@ pub struct ContextOptions {
     pub f16: bool,
     /// Request subgroup operations (wgpu's `Features::SUBGROUP`) when the adapter has them.
     pub subgroups: bool,
+    /// Bind at most this many bytes per storage buffer, below the adapter's own limit (a
+    /// larger value changes nothing): how the tests split SmolLM2's 31.9 MB embedding on an
+    /// adapter whose limit would hold it whole. It holds wherever the limit is checked (the
+    /// weights, split at it; the KV cache; the logits); the forward pass's activations are
+    /// not split, and need the adapter to bind 64 x n_ff x 4 bytes (393 KB for SmolLM2).
+    /// `None`: the adapter's limit.
+    pub max_binding_bytes: Option<u64>,
 }
 
 impl Default for ContextOptions {
-    /// Both, where the adapter has them.
+    /// Both features, where the adapter has them, and the adapter's binding limit.
     fn default() -> Self {
         ContextOptions {
             f16: true,
             subgroups: true,
+            max_binding_bytes: None,
         }
     }
 }
@@ -68,6 +76,7 @@ impl ContextOptions {
         ContextOptions {
             f16: variant.f16,
             subgroups: variant.subgroups,
+            max_binding_bytes: None,
         }
     }
 
@@ -222,7 +231,11 @@ impl Context {
             backend: info.backend.to_string(),
             is_software: info.device_type == wgpu::DeviceType::Cpu,
         };
-        Self::from_device(device, queue, summary).await
+        let mut ctx = Self::from_device(device, queue, summary).await?;
+        if let Some(cap) = options.max_binding_bytes {
+            ctx.max_binding_bytes = ctx.max_binding_bytes.min(cap);
+        }
+        Ok(ctx)
     }
 
     /// Builds the kernels on a device the caller already has; they use the optional features

@@ -5,7 +5,8 @@
 //! into one command encoder and submits it once; per layer that is 15 dispatches and two
 //! buffer copies (K and V into the cache), so a SmolLM2-135M (30 layers) decode step is
 //! 1 + 30 x 15 + 2 = 453 dispatches, and one more to sample ([`Session::counters`] counts
-//! them). The dispatches of a chunk length are prepared once per session (a [`Plan`]: its
+//! them). A matrix split for the adapter's binding limit ([`Matrix::chunks`]) takes one
+//! dispatch per chunk in place of its one. The dispatches of a chunk length are prepared once per session (a [`Plan`]: its
 //! bind groups and uniforms), so a decode step creates no GPU object: it writes the token id,
 //! the RoPE table and the attention uniform's position, and replays the plan.
 //!
@@ -119,7 +120,8 @@ const MAX_PLANS: usize = 3;
 #[derive(Debug)]
 struct Plan {
     tokens: usize,
-    embedding: Dispatch,
+    /// One per row chunk of the token embedding.
+    embedding: Vec<Dispatch>,
     /// Per layer: the dispatches before the K/V copies into the cache and those after.
     layers: Vec<(Vec<Dispatch>, Vec<Dispatch>)>,
     /// The final norm and the logits of the last position.
@@ -182,17 +184,18 @@ impl Session {
 }
 
 impl Model {
-    /// Checks, before any buffer is made, that every weight matrix has a kernel and fits one
-    /// storage binding of this adapter (`maxStorageBufferBindingSize` and `maxBufferSize`):
-    /// a model too large for the GPU is refused whole, naming the first matrix that does not
-    /// fit, rather than half-uploaded.
+    /// Checks, before any buffer is made, that every weight matrix has a kernel and that
+    /// each of its rows fits one storage binding of this adapter (`maxStorageBufferBindingSize`
+    /// and `maxBufferSize`; a larger matrix is split into row chunks): a model the GPU cannot
+    /// hold is refused whole, naming the first matrix that does not fit, rather than
+    /// half-uploaded.
     pub fn check_fits<B: AsRef<[u8]>>(ctx: &Context, cpu: &model::Model<B>) -> Result<()> {
         let mut matrices = vec![&cpu.tok_embd, &cpu.output];
         for l in &cpu.layers {
             matrices.extend([&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
         }
         for m in matrices {
-            let bytes = super::matvec::gpu_bytes(m.ty, m.rows, m.cols).map_err(|e| {
+            let row_bytes = super::matvec::gpu_bytes(m.ty, 1, m.cols).map_err(|e| {
                 Error::invalid_input(format!(
                     "the model cannot run on the GPU: tensor `{}`: {}",
                     m.name,
@@ -200,19 +203,17 @@ impl Model {
                 ))
                 .with_param("model")
             })?;
-            if bytes > ctx.max_binding_bytes {
-                return Err(Error::limit_exceeded(format!(
-                    "the model is too large for this GPU adapter: tensor `{}` ({}x{} {}) needs \
-                     {bytes} bytes in one buffer, over the adapter's limit of {} bytes \
-                     (maxStorageBufferBindingSize / maxBufferSize)",
+            ctx.rows_per_buffer(row_bytes).map_err(|e| {
+                Error::limit_exceeded(format!(
+                    "the model is too large for this GPU adapter: tensor `{}` ({}x{} {}): {}",
                     m.name,
                     m.rows,
                     m.cols,
                     m.ty.name(),
-                    ctx.max_binding_bytes
+                    e.message()
                 ))
-                .with_param("model"));
-            }
+                .with_param("model")
+            })?;
         }
         Ok(())
     }
@@ -587,7 +588,7 @@ impl Model {
             .await?;
         Ok(Plan {
             tokens: t,
-            embedding: embedding.remove(0),
+            embedding,
             layers,
             head,
             attention_params: attention_uniform,
@@ -638,14 +639,14 @@ impl Model {
             });
         let kv_offset = (pos0 * kv * 4) as u64;
         let kv_bytes = (t * kv * 4) as u64;
-        let mut dispatches = 1;
+        let mut dispatches = plan.embedding.len();
         // One compute pass between consecutive copies: the embedding and layer 0's first
         // half, then each layer's second half with the next layer's first half.
         let mut pass = e.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("forward"),
             timestamp_writes: None,
         });
-        plan.embedding.encode(&mut pass);
+        plan.embedding.iter().for_each(|d| d.encode(&mut pass));
         for (li, (before, after)) in plan.layers.iter().enumerate() {
             before.iter().for_each(|d| d.encode(&mut pass));
             drop(pass);
