@@ -219,29 +219,38 @@ fn too_big(rule: &str) -> GrammarError {
 
 /// Compiles a parsed grammar.
 pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
-    let inline = inlined_rules(ast);
     // Inlining copies a rule into every caller; when the copies are what passes the bound (a
     // schema's GBNF with a small rule used in hundreds of places, or blocks of blocks of a
-    // counted string), inline only the rules that call none, then none. Keeping the leaves
-    // (a string character) matters: a character behind a call costs a frame per byte, and
-    // a `maxLength: 32767` string's cold masks took ~15 ms instead of ~1.
-    let leaves: Vec<bool> = inline
-        .iter()
-        .zip(&ast.rules)
-        .map(|(&i, rule)| i && !calls_a_rule(&rule.body))
-        .collect();
-    let mut result = compile_with(ast, &inline);
-    let mut tried = inline;
-    for fallback in [leaves, vec![false; ast.rules.len()]] {
-        if !matches!(&result, Err(e) if e.limit) {
+    // counted string), inline only the smallest rules, then none. Keeping the smallest
+    // matters: a string character behind a call costs a frame per byte, and a `maxLength:
+    // 32767` string's cold masks took ~15 ms instead of ~0.5 for its first characters.
+    let mut tried: Vec<Vec<bool>> = Vec::new();
+    let mut result = None;
+    for size in [INLINE_SIZE, FALLBACK_INLINE_SIZE, 0] {
+        let inline: Vec<bool> = if size == 0 {
+            vec![false; ast.rules.len()]
+        } else if size == FALLBACK_INLINE_SIZE {
+            // Only rules that call none: inlining a small caller copies its callees too.
+            inlined_rules(ast, size)
+                .into_iter()
+                .zip(&ast.rules)
+                .map(|(i, rule)| i && !calls_a_rule(&rule.body))
+                .collect()
+        } else {
+            inlined_rules(ast, size)
+        };
+        if tried.contains(&inline) {
+            continue;
+        }
+        let attempt = compile_with(ast, &inline);
+        let retry = matches!(&attempt, Err(e) if e.limit) && inline.iter().any(|&i| i);
+        result = Some(attempt);
+        if !retry {
             break;
         }
-        if fallback != tried {
-            result = compile_with(ast, &fallback);
-            tried = fallback;
-        }
+        tried.push(inline);
     }
-    result
+    result.expect("the first attempt always runs")
 }
 
 fn compile_with(ast: &Ast, inline: &[bool]) -> Result<Grammar, GrammarError> {
@@ -657,6 +666,11 @@ fn minimize(
 /// Rules at most this big (NFA states, estimated) are inlined where they are used.
 const INLINE_SIZE: usize = 400;
 
+/// The inlining bound when inlining at [`INLINE_SIZE`] passes the automaton limit: a JSON
+/// string character with its escapes (~30) stays inlined, a 150-state array item copied 38
+/// times into blocks does not (inlined, that compile took 660 ms instead of 11).
+const FALLBACK_INLINE_SIZE: usize = 64;
+
 /// Which rules to inline at their call sites: small ones that cannot reach themselves
 /// (`ws`, `number`, `ident`, `string`, ...).
 ///
@@ -666,7 +680,7 @@ const INLINE_SIZE: usize = 400;
 /// `assignment` whose context-independent tokens (all ` word` tokens that start an
 /// expression) are computed once, instead of a walk of the ` ` subtree at every such step.
 /// Recursive rules keep their frames: that is what the stack is for.
-fn inlined_rules(ast: &Ast) -> Vec<bool> {
+fn inlined_rules(ast: &Ast, max_size: usize) -> Vec<bool> {
     let n = ast.rules.len();
     let mut refs: Vec<Vec<usize>> = vec![Vec::new(); n];
     fn collect(e: &Expr, out: &mut Vec<usize>) {
@@ -725,21 +739,22 @@ fn inlined_rules(ast: &Ast) -> Vec<bool> {
         refs: &[Vec<usize>],
         recursive: &[bool],
         size: &mut Vec<Option<usize>>,
+        max_size: usize,
     ) {
         if size[r].is_some() || recursive[r] {
             return;
         }
         for &x in &refs[r] {
-            visit(x, ast, refs, recursive, size);
+            visit(x, ast, refs, recursive, size, max_size);
         }
-        let inline = |x: usize| !recursive[x] && size[x].is_some_and(|s| s <= INLINE_SIZE);
+        let inline = |x: usize| !recursive[x] && size[x].is_some_and(|s| s <= max_size);
         size[r] = Some(expr_size(&ast.rules[r].body, size, &inline));
     }
     for r in 0..n {
-        visit(r, ast, &refs, &recursive, &mut size);
+        visit(r, ast, &refs, &recursive, &mut size, max_size);
     }
     (0..n)
-        .map(|r| r != ast.root && !recursive[r] && size[r].is_some_and(|s| s <= INLINE_SIZE))
+        .map(|r| r != ast.root && !recursive[r] && size[r].is_some_and(|s| s <= max_size))
         .collect()
 }
 
