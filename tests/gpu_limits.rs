@@ -122,3 +122,32 @@ fn weights_without_a_gpu_kernel_are_refused_by_name() {
     );
     assert_eq!(err.param(), Some("model"));
 }
+
+#[test]
+fn a_lost_device_makes_every_later_step_a_clear_error() {
+    let file = TinySpec::default().build();
+    let cpu = Model::from_gguf_bytes(&file[..]).unwrap();
+    let ctx = Arc::new(pollster::block_on(Context::new()).unwrap());
+    let gpu = pollster::block_on(GpuModel::upload_scoped(ctx.clone(), &cpu)).unwrap();
+    let mut session = gpu.session(8).unwrap();
+    pollster::block_on(gpu.forward(&mut session, &[3, 4])).unwrap();
+    ctx.ensure_alive().unwrap();
+    ctx.destroy();
+    let lost = |e: poot::Error| {
+        assert!(
+            e.message().starts_with("the GPU device was lost"),
+            "{}",
+            e.message()
+        );
+    };
+    lost(ctx.ensure_alive().unwrap_err());
+    lost(pollster::block_on(gpu.forward(&mut session, &[5])).unwrap_err());
+    let Err(e) = gpu.session(8) else {
+        panic!("no session on a lost device")
+    };
+    lost(e);
+    let Err(e) = pollster::block_on(GpuModel::upload_scoped(ctx, &cpu)) else {
+        panic!("no upload on a lost device")
+    };
+    lost(e);
+}

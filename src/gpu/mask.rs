@@ -77,6 +77,7 @@ impl Context {
     /// Uploads the logits and mask, runs the kernel, and reads back the masked logits and
     /// the index (the decode loop keeps the logits on the GPU instead).
     pub async fn apply_token_mask(&self, logits: &mut [f32], mask: &[u32]) -> Result<u32> {
+        self.ensure_alive()?;
         let n = logits.len();
         // The shared checks, so the GPU path refuses exactly what the CPU twin refuses.
         mask::check_mask_len(mask.len(), n)?;
@@ -95,7 +96,7 @@ impl Context {
         }
 
         let scope = ErrorScope::push(&self.device);
-        let readback = self.run_mask_kernel(logits, mask, partial_count as u32);
+        let readback = self.run_mask_kernel(logits, mask, partial_count as u32)?;
         scope.pop("running apply_token_mask").await?;
         let bytes = self.read_buffer(&readback).await?;
         let (masked, index) = bytes.split_at(logit_bytes as usize);
@@ -109,7 +110,12 @@ impl Context {
 
     /// Records and submits both passes; returns a mappable buffer holding the masked logits
     /// followed by the 4-byte result.
-    fn run_mask_kernel(&self, logits: &[f32], mask: &[u32], partial_count: u32) -> wgpu::Buffer {
+    fn run_mask_kernel(
+        &self,
+        logits: &[f32],
+        mask: &[u32],
+        partial_count: u32,
+    ) -> Result<wgpu::Buffer> {
         let copy_src = wgpu::BufferUsages::COPY_SRC;
         let none = wgpu::BufferUsages::empty();
         let logits_buffer = self.storage_buffer(
@@ -161,7 +167,7 @@ impl Context {
         }
         encoder.copy_buffer_to_buffer(&logits_buffer, 0, &readback, 0, logit_bytes);
         encoder.copy_buffer_to_buffer(&result, 0, &readback, logit_bytes, 4);
-        self.queue.submit([encoder.finish()]);
-        readback
+        self.submit(encoder.finish())?;
+        Ok(readback)
     }
 }

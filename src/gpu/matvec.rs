@@ -204,6 +204,7 @@ impl Context {
     /// `tokens * rows` values. Uploads `x` and reads `y` back (the forward pass keeps both
     /// on the GPU with [`Context::record_matvec`]).
     pub async fn matvec(&self, matrix: &Matrix, x: &[f32], tokens: usize) -> Result<Vec<f32>> {
+        self.ensure_alive()?;
         if tokens == 0 || x.len() != tokens * matrix.cols {
             return Err(Error::invalid_input(format!(
                 "{tokens} token(s) of {} inputs need {} values, got {}",
@@ -232,7 +233,7 @@ impl Context {
         self.record_matvec(&mut encoder, matrix, &x_buffer, &y_buffer, tokens)
             .await?;
         encoder.copy_buffer_to_buffer(&y_buffer, 0, &readback, 0, y_bytes);
-        self.queue.submit([encoder.finish()]);
+        self.submit(encoder.finish())?;
         scope.pop("running matvec").await?;
         let bytes = self.read_buffer(&readback).await?;
         Ok(bytemuck::cast_slice(&bytes).to_vec())

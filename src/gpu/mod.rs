@@ -26,7 +26,7 @@ pub use variant::Variant;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, Result};
 
@@ -112,6 +112,9 @@ pub struct Context {
     apply_token_mask: mask::MaskKernel,
     /// Single-entry-point kernels by shader name and variant, built on first use.
     pipelines: Mutex<HashMap<(&'static str, Variant), wgpu::ComputePipeline>>,
+    /// Why the device was lost, once wgpu reports it: every later submission is this error
+    /// instead of work on a dead device (which wgpu reports as an uncaptured error, a panic).
+    lost: Arc<OnceLock<String>>,
 }
 
 /// Bytes of weight matrices uploaded by this process so far, on every context: a server that
@@ -259,6 +262,13 @@ impl Context {
         let max_binding_bytes = limits
             .max_storage_buffer_binding_size
             .min(limits.max_buffer_size);
+        let lost = Arc::new(OnceLock::new());
+        {
+            let lost = lost.clone();
+            device.set_device_lost_callback(move |reason, message| {
+                let _ = lost.set(format!("{reason:?}: {message}"));
+            });
+        }
         Ok(Context {
             device,
             queue,
@@ -267,7 +277,35 @@ impl Context {
             max_binding_bytes,
             apply_token_mask,
             pipelines: Mutex::new(HashMap::new()),
+            lost,
         })
+    }
+
+    /// An error once the device is lost (driver reset, GPU removed, [`Context::destroy`]):
+    /// the engine must be made again on a new context. Checked before each step's buffers
+    /// and submissions; a loss in the middle of one step still reaches wgpu.
+    pub fn ensure_alive(&self) -> Result<()> {
+        match self.lost.get() {
+            Some(why) => Err(Error::gpu(format!(
+                "the GPU device was lost ({why}); load the model on a new GPU context"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Submits one command buffer, unless the device is lost ([`Context::ensure_alive`]).
+    fn submit(&self, commands: wgpu::CommandBuffer) -> Result<()> {
+        self.ensure_alive()?;
+        self.queue.submit([commands]);
+        Ok(())
+    }
+
+    /// Destroys the device, as a driver reset would lose it: for the tests of that path.
+    pub fn destroy(&self) {
+        self.device.destroy();
+        // wgpu reports the loss from its next poll (natively; a browser's event loop does).
+        #[cfg(not(target_arch = "wasm32"))]
+        let _ = self.device.poll(wgpu::PollType::Poll);
     }
 
     /// The adapter this context runs on.
@@ -389,7 +427,11 @@ impl Context {
             .map_err(|e| Error::gpu(format!("waiting for the GPU failed: {e}")).with_source(e))?;
         receiver
             .await
-            .map_err(|_| Error::gpu("the GPU device was lost while reading back a buffer"))?
+            .map_err(|_| {
+                self.ensure_alive().err().unwrap_or_else(|| {
+                    Error::gpu("the GPU device was lost while reading back a buffer")
+                })
+            })?
             .map_err(|e| {
                 Error::gpu(format!("reading back a GPU buffer failed: {e}")).with_source(e)
             })?;

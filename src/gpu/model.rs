@@ -232,6 +232,7 @@ impl Model {
 
     /// Uploads a CPU model's weights (repacked for the kernels; see [`super::repack`]).
     pub fn upload<B: AsRef<[u8]>>(ctx: Arc<Context>, cpu: &model::Model<B>) -> Result<Self> {
+        ctx.ensure_alive()?;
         Self::check_fits(&ctx, cpu)?;
         let file = cpu.bytes();
         let matrix = |m: &model::Matrix| {
@@ -281,6 +282,7 @@ impl Model {
 
     /// A session whose KV cache holds `context` positions (at most the model's context).
     pub fn session(&self, context: usize) -> Result<Session> {
+        self.ctx.ensure_alive()?;
         let c = &self.config;
         if context == 0 || context > c.context_length {
             return Err(Error::invalid_input(format!(
@@ -377,6 +379,7 @@ impl Model {
         sampling: &DeviceSampling,
     ) -> Result<TokenId> {
         let ctx = &self.ctx;
+        ctx.ensure_alive()?;
         let scope = ErrorScope::push(&ctx.device);
         let dispatch = self
             .write_sample_step(session, token_mask, n, sampling)
@@ -387,7 +390,7 @@ impl Model {
                 label: Some("sample"),
             });
         encode_sample(&mut e, &dispatch, &session.sample);
-        ctx.queue.submit([e.finish()]);
+        ctx.submit(e.finish())?;
         scope.pop("sampling on the GPU").await?;
         session.counters.dispatches += 1;
         session.counters.submissions += 1;
@@ -404,6 +407,7 @@ impl Model {
         n: usize,
         sampling: &DeviceSampling,
     ) -> Result<TokenId> {
+        self.ctx.ensure_alive()?;
         let scope = ErrorScope::push(&self.ctx.device);
         self.write_sample_step(session, token_mask, n, sampling)
             .await?;
@@ -468,6 +472,8 @@ impl Model {
 
     /// Checks `tokens` and submits their chunks, the last one ending as `tail` says.
     async fn submit(&self, session: &mut Session, tokens: &[TokenId], tail: Tail) -> Result<()> {
+        // Before any buffer is made: wgpu panics on buffers of a lost device.
+        self.ctx.ensure_alive()?;
         let c = &self.config;
         if tokens.is_empty() {
             return Err(
@@ -685,7 +691,7 @@ impl Model {
                 }
             }
         }
-        ctx.queue.submit([e.finish()]);
+        ctx.submit(e.finish())?;
         session.counters.dispatches += dispatches as u64;
         session.counters.submissions += 1;
         session.counters.tokens += t as u64;

@@ -99,6 +99,7 @@ impl Context {
         token_mask: Option<&[u32]>,
         sampling: &DeviceSampling,
     ) -> Result<TokenId> {
+        self.ensure_alive()?;
         let n = logits.len();
         mask::check_vocab_size(n)?;
         if let Some(m) = token_mask {
@@ -126,7 +127,7 @@ impl Context {
             });
         self.record_sample(&mut encoder, &logits_buffer, &buffers)
             .await?;
-        self.queue.submit([encoder.finish()]);
+        self.submit(encoder.finish())?;
         scope.pop("sampling on the GPU").await?;
         let bytes = self.read_buffer(&buffers.readback).await?;
         token_of(
