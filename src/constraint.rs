@@ -389,21 +389,20 @@ impl Constraint {
                 len: self.run_lens[i].load(Ordering::Relaxed),
             })
         };
+        // A known run comes straight back from `Trie::run`.
         let runs = |s: u32| {
-            known(s).unwrap_or_else(|| {
-                Trie::run(
-                    s,
-                    DEAD,
-                    |s, b| dfa.next(s, b),
-                    |b| dfa.byte_class(b),
-                    known,
-                    |s, r| {
-                        let i = dfa.index(s);
-                        self.run_lens[i].store(r.len, Ordering::Relaxed);
-                        self.run_groups[i].store(r.groups, Ordering::Release);
-                    },
-                )
-            })
+            Trie::run(
+                s,
+                DEAD,
+                |s, b| dfa.next(s, b),
+                |b| dfa.byte_class(b),
+                known,
+                |s, r| {
+                    let i = dfa.index(s);
+                    self.run_lens[i].store(r.len, Ordering::Relaxed);
+                    self.run_groups[i].store(r.groups, Ordering::Release);
+                },
+            )
         };
         self.vocab.trie().walk(
             state,

@@ -201,16 +201,6 @@ fn char_ranges(ranges: &[(u32, u32)], negated: bool) -> Vec<(char, char)> {
     out
 }
 
-/// Whether an expression refers to a rule.
-fn calls_a_rule(e: &Expr) -> bool {
-    match e {
-        Expr::Ref(_) => true,
-        Expr::Seq(v) | Expr::Alt(v) => v.iter().any(calls_a_rule),
-        Expr::Repeat { expr, .. } => calls_a_rule(expr),
-        _ => false,
-    }
-}
-
 fn too_big(rule: &str) -> GrammarError {
     GrammarError::limit_no_pos(format!(
         "needs more than the {GRAMMAR_AUTOMATON_BYTES}-byte automaton limit (while compiling rule `{rule}`)"
@@ -226,18 +216,15 @@ pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
     // 32767` string's cold masks took ~15 ms instead of ~0.5 for its first characters.
     let mut tried: Vec<Vec<bool>> = Vec::new();
     let mut result = None;
-    for size in [INLINE_SIZE, FALLBACK_INLINE_SIZE, 0] {
-        let inline: Vec<bool> = if size == 0 {
-            vec![false; ast.rules.len()]
-        } else if size == FALLBACK_INLINE_SIZE {
-            // Only rules that call none: inlining a small caller copies its callees too.
-            inlined_rules(ast, size)
-                .into_iter()
-                .zip(&ast.rules)
-                .map(|(i, rule)| i && !calls_a_rule(&rule.body))
-                .collect()
-        } else {
-            inlined_rules(ast, size)
+    // (size bound, leaves only): inlining a small caller copies its callees too.
+    for bound in [
+        Some((INLINE_SIZE, false)),
+        Some((FALLBACK_INLINE_SIZE, true)),
+        None,
+    ] {
+        let inline = match bound {
+            Some((max_size, leaves_only)) => inlined_rules(ast, max_size, leaves_only),
+            None => vec![false; ast.rules.len()],
         };
         if tried.contains(&inline) {
             continue;
@@ -679,8 +666,9 @@ const FALLBACK_INLINE_SIZE: usize = 64;
 /// the rule's states are part of the caller's DFA, so after `x = ` the position is a state of
 /// `assignment` whose context-independent tokens (all ` word` tokens that start an
 /// expression) are computed once, instead of a walk of the ` ` subtree at every such step.
-/// Recursive rules keep their frames: that is what the stack is for.
-fn inlined_rules(ast: &Ast, max_size: usize) -> Vec<bool> {
+/// Recursive rules keep their frames: that is what the stack is for. With `leaves_only`,
+/// only rules that call no rule.
+fn inlined_rules(ast: &Ast, max_size: usize, leaves_only: bool) -> Vec<bool> {
     let n = ast.rules.len();
     let mut refs: Vec<Vec<usize>> = vec![Vec::new(); n];
     fn collect(e: &Expr, out: &mut Vec<usize>) {
@@ -754,7 +742,12 @@ fn inlined_rules(ast: &Ast, max_size: usize) -> Vec<bool> {
         visit(r, ast, &refs, &recursive, &mut size, max_size);
     }
     (0..n)
-        .map(|r| r != ast.root && !recursive[r] && size[r].is_some_and(|s| s <= max_size))
+        .map(|r| {
+            r != ast.root
+                && !recursive[r]
+                && size[r].is_some_and(|s| s <= max_size)
+                && !(leaves_only && !refs[r].is_empty())
+        })
         .collect()
 }
 

@@ -493,17 +493,16 @@ fn state_runs(g: &Grammar) -> Vec<Run> {
     let next =
         |s: u32, b: u8| g.trans[s as usize * g.stride + usize::from(g.classes[usize::from(b)])];
     let runs: Vec<std::cell::Cell<Option<Run>>> = vec![Default::default(); g.state_count()];
+    // A state some earlier chain passed through comes straight back.
     for t in 0..g.state_count() as u32 {
-        if runs[t as usize].get().is_none() {
-            Trie::run(
-                t,
-                NONE,
-                next,
-                |b| g.classes[usize::from(b)],
-                |s| runs[s as usize].get(),
-                |s, r| runs[s as usize].set(Some(r)),
-            );
-        }
+        Trie::run(
+            t,
+            NONE,
+            next,
+            |b| g.classes[usize::from(b)],
+            |s| runs[s as usize].get(),
+            |s, r| runs[s as usize].set(Some(r)),
+        );
     }
     runs.iter().map(|r| r.get().unwrap_or(Run::NONE)).collect()
 }

@@ -353,11 +353,12 @@ impl Trie {
 
     /// Subtrees of more nodes than this are worth a [`Run`] test in [`Trie::walk`]; below
     /// it, visiting is as cheap as testing.
-    pub(crate) const SKIP_MIN_NODES: usize = 8;
+    const SKIP_MIN_NODES: usize = 8;
 
     /// The [`Run`] of automaton state `t`. `next` must keep `dead` dead; `class(b)` groups
     /// bytes that `next` treats alike (each byte its own class is correct, only slower).
-    /// `known(s)` returns runs computed before and `store` records the ones computed here:
+    /// `known(s)` returns runs computed before (`t`'s own, when known, comes straight back)
+    /// and `store` records the ones computed here:
     /// a counted stretch is a chain of states, each one's run one longer than its
     /// successor's, so a chain of 40 costs one [`Trie::step`] per state, once.
     pub(crate) fn run(
@@ -418,7 +419,7 @@ impl Trie {
     /// The character groups whose every character, as its whole UTF-8 sequence, leads from
     /// `t` to one same live state, and that state: of the states some whole group leads to,
     /// the one most groups do (the lowest on a tie). `(0, dead)` when there is none.
-    pub(crate) fn step(
+    fn step(
         t: u32,
         dead: u32,
         next: &impl Fn(u32, u8) -> u32,
@@ -650,19 +651,16 @@ mod tests {
                 dfa.next(s, b)
             };
             let runs = |s: u32| {
-                let known = |x: u32| memo.borrow().get(&x).copied();
-                known(s).unwrap_or_else(|| {
-                    Trie::run(
-                        s,
-                        DEAD,
-                        |s, b| dfa.next(s, b),
-                        |b| dfa.byte_class(b),
-                        known,
-                        |x, r| {
-                            memo.borrow_mut().insert(x, r);
-                        },
-                    )
-                })
+                Trie::run(
+                    s,
+                    DEAD,
+                    |s, b| dfa.next(s, b),
+                    |b| dfa.byte_class(b),
+                    |x| memo.borrow().get(&x).copied(),
+                    |x, r| {
+                        memo.borrow_mut().insert(x, r);
+                    },
+                )
             };
             // Every live state, breadth first over bytes.
             let mut states = vec![dfa.start()];
