@@ -746,7 +746,7 @@ fn inlined_rules(ast: &Ast, max_size: usize, leaves_only: bool) -> Vec<bool> {
             r != ast.root
                 && !recursive[r]
                 && size[r].is_some_and(|s| s <= max_size)
-                && !(leaves_only && !refs[r].is_empty())
+                && (!leaves_only || refs[r].is_empty())
         })
         .collect()
 }
