@@ -13,7 +13,8 @@
 //! schema instead. `coverage` measures the JSON Schema compiler on files in the JSONSchemaBench
 //! format (`{"schema":..,"tests":[{"data":..,"valid":bool},..]}`, or folders of them): one JSON
 //! line per file (`status` `ok` | `compile_error` | `wrong_reject` | `wrong_accept`, compile
-//! time, mask times while following the valid instances) and a summary line. `trace` follows a
+//! time, mask p50/p99 while following the valid instances, how many masks that took and how
+//! many of them passed 100 µs) and a summary line. `trace` follows a
 //! text token by token (greedy longest match over the vocabulary) and times every mask;
 //! `sample` takes seeded random walks through the masks. `--model` may also be a Hugging Face
 //! `tokenizer.json`. `tokenize`, `eval`, `generate` and `serve` run the model (`poot/model.rs`,
@@ -455,6 +456,8 @@ fn coverage_file(
         "states": constraint.state_count(),
         "automaton": if constraint.dfa().is_some() { "dfa" } else { "grammar" },
         "p50_us": round(percentile(&sorted, 50.0)), "p99_us": round(percentile(&sorted, 99.0)),
+        "mask_steps": sorted.len(),
+        "steps_over_100us": sorted.iter().filter(|&&t| t > 100.0).count(),
     });
     if !accepts.is_empty() || !rejects.is_empty() {
         line["tests"] = json!(if accepts.is_empty() { rejects } else { accepts });
