@@ -57,7 +57,7 @@ use crate::json_value;
 use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_BYTES, MAX_GRAMMAR_STEP_WORK, MAX_SCHEMA_BYTES};
 use crate::mask::{check_mask_len, words_for, TokenMask};
 use crate::regex::{Dfa, DEAD};
-use crate::vocab::{Run, TokenId, Trie, Vocabulary};
+use crate::vocab::{Run, RunMemo, TokenId, Trie, Vocabulary};
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -238,14 +238,16 @@ pub struct Constraint {
     /// One mask per automaton state, computed on first use.
     masks: Vec<OnceLock<Box<[u32]>>>,
     cached_bytes: AtomicUsize,
-    /// [`Run`] per DFA state, computed on first use, `groups` ([`RUN_UNKNOWN`] until then)
-    /// published after `len` (a race computes the same value twice).
+    /// [`Run`] per DFA state, computed on first use, `groups` ([`RUN_UNKNOWN`] until then,
+    /// [`RUN_WRITING`] while the first writer stores `len`) published after `len`.
     run_groups: Vec<AtomicU64>,
     run_lens: Vec<AtomicU8>,
 }
 
 /// Not a [`Run`]'s groups: those never have [`Trie::GROUP_BAD`] set.
 const RUN_UNKNOWN: u64 = u64::MAX;
+/// A run's `len` is being written; its groups come next.
+const RUN_WRITING: u64 = u64::MAX - 1;
 
 /// The engine behind a constraint.
 #[derive(Debug)]
@@ -384,12 +386,14 @@ impl Constraint {
         let known = |s: u32| {
             let i = dfa.index(s);
             let groups = self.run_groups[i].load(Ordering::Acquire);
-            (groups != RUN_UNKNOWN).then(|| Run {
+            (groups != RUN_UNKNOWN && groups != RUN_WRITING).then(|| Run {
                 groups,
                 len: self.run_lens[i].load(Ordering::Relaxed),
             })
         };
-        // A known run comes straight back from `Trie::run`.
+        // A known run comes straight back from `Trie::run`; the first run stored for a
+        // state stays (any is right, and a reader never sees half of another).
+        let mut memo = RunMemo::default();
         let runs = |s: u32| {
             Trie::run(
                 s,
@@ -399,9 +403,19 @@ impl Constraint {
                 known,
                 |s, r| {
                     let i = dfa.index(s);
-                    self.run_lens[i].store(r.len, Ordering::Relaxed);
-                    self.run_groups[i].store(r.groups, Ordering::Release);
+                    let unknown = RUN_UNKNOWN;
+                    let claim = self.run_groups[i].compare_exchange(
+                        unknown,
+                        RUN_WRITING,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    );
+                    if claim.is_ok() {
+                        self.run_lens[i].store(r.len, Ordering::Relaxed);
+                        self.run_groups[i].store(r.groups, Ordering::Release);
+                    }
                 },
+                &mut memo,
             )
         };
         self.vocab.trie().walk(

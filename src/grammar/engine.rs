@@ -13,7 +13,7 @@
 use super::{BitSet256, Grammar, NONE, SLOW};
 use crate::error::{Error, Result};
 use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_STEP_WORK};
-use crate::vocab::{Run, TokenId, Trie, Vocabulary};
+use crate::vocab::{Run, RunMemo, TokenId, Trie, Vocabulary};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -494,6 +494,7 @@ fn state_runs(g: &Grammar) -> Vec<Run> {
         |s: u32, b: u8| g.trans[s as usize * g.stride + usize::from(g.classes[usize::from(b)])];
     let runs: Vec<std::cell::Cell<Option<Run>>> = vec![Default::default(); g.state_count()];
     // A state some earlier chain passed through comes straight back.
+    let mut memo = RunMemo::default();
     for t in 0..g.state_count() as u32 {
         Trie::run(
             t,
@@ -501,7 +502,12 @@ fn state_runs(g: &Grammar) -> Vec<Run> {
             next,
             |b| g.classes[usize::from(b)],
             |s| runs[s as usize].get(),
-            |s, r| runs[s as usize].set(Some(r)),
+            // The first run stored for a state stays (any is right).
+            |s, r| {
+                let cell = &runs[s as usize];
+                cell.set(Some(cell.get().unwrap_or(r)));
+            },
+            &mut memo,
         );
     }
     runs.iter().map(|r| r.get().unwrap_or(Run::NONE)).collect()

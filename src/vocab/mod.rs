@@ -21,7 +21,7 @@ pub mod gpt2;
 mod hf;
 mod trie;
 
-pub(crate) use trie::{Run, Trie};
+pub(crate) use trie::{Run, RunMemo, Trie};
 
 use crate::error::{Error, Result};
 

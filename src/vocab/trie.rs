@@ -7,6 +7,7 @@
 
 use super::{TokenId, TokenKind};
 use crate::error::{Error, Result};
+use std::collections::{HashMap, HashSet};
 
 /// One trie node (the root is implicit). 12 bytes, so the 49k-token walk streams ~2.4 MB.
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +61,58 @@ impl Run {
     pub(crate) fn covers(self, below: u64, height: u8) -> bool {
         below & self.groups == below && height <= self.len
     }
+}
+
+/// Where the characters of one automaton state lead, by [`Trie::byte_group`].
+#[derive(Debug)]
+pub(crate) struct GroupSuccessors {
+    /// The groups whose every character (its whole UTF-8 sequence) keeps the state alive.
+    live: u64,
+    /// (group index, state) for each state a character of a `live` group leads to.
+    pairs: Vec<(u8, u32)>,
+}
+
+impl GroupSuccessors {
+    /// The live groups whose characters all lead to one same state, and that state: of the
+    /// states some whole group leads to, the one most groups do (the lowest on a tie).
+    /// `(0, _)` when there is none.
+    fn single(&self) -> (u64, u32) {
+        // Per group: its one successor, CONFLICT when its characters disagree.
+        const UNSET: u32 = u32::MAX;
+        const CONFLICT: u32 = u32::MAX - 1;
+        let mut succ = [UNSET; 64];
+        for &(g, n) in &self.pairs {
+            let g = usize::from(g);
+            succ[g] = if succ[g] == UNSET || succ[g] == n {
+                n
+            } else {
+                CONFLICT
+            };
+        }
+        let mut best = (0u64, u32::MAX);
+        for &n in &succ {
+            if n == UNSET || n == CONFLICT {
+                continue;
+            }
+            let groups = (0..64)
+                .filter(|&h| succ[h] == n)
+                .fold(0u64, |a, h| a | 1 << h);
+            let better = groups.count_ones() > best.0.count_ones()
+                || (groups.count_ones() == best.0.count_ones() && n < best.1);
+            if better {
+                best = (groups, n);
+            }
+        }
+        best
+    }
+}
+
+/// The successors [`Trie::run`] computed, by state, for later calls on the same automaton.
+#[derive(Debug, Default)]
+pub(crate) struct RunMemo {
+    successors: HashMap<u32, std::rc::Rc<GroupSuccessors>>,
+    /// States a loop search passed [`Trie::LOOP_STATES`] from: no search starts there.
+    crowded: HashSet<u32>,
 }
 
 impl Trie {
@@ -358,9 +411,16 @@ impl Trie {
     /// The [`Run`] of automaton state `t`. `next` must keep `dead` dead; `class(b)` groups
     /// bytes that `next` treats alike (each byte its own class is correct, only slower).
     /// `known(s)` returns runs computed before (`t`'s own, when known, comes straight back)
-    /// and `store` records the ones computed here:
+    /// and `store` records the ones computed here (a state may be stored again: keeping
+    /// the first is right); `memo` keeps the states' successors for the next call on the
+    /// same automaton.
+    ///
+    /// Two shapes are looked for, and the one taking more of the common groups is kept:
     /// a counted stretch is a chain of states, each one's run one longer than its
-    /// successor's, so a chain of 40 costs one [`Trie::step`] per state, once.
+    /// successor's, so a chain of 40 costs one successor computation per state, once; and a
+    /// loop through several states (an unanchored `[0-9a-f]{40}` inside a string, whose
+    /// states count the hex digits seen but all take any string character) is a set of
+    /// groups that no state reachable over them dies on.
     pub(crate) fn run(
         t: u32,
         dead: u32,
@@ -368,27 +428,37 @@ impl Trie {
         class: impl Fn(u8) -> u8,
         known: impl Fn(u32) -> Option<Run>,
         mut store: impl FnMut(u32, Run),
+        memo: &mut RunMemo,
     ) -> Run {
+        if let Some(r) = known(t) {
+            return r;
+        }
+        let mut succs = |s: u32| -> std::rc::Rc<GroupSuccessors> {
+            memo.successors
+                .entry(s)
+                .or_insert_with(|| std::rc::Rc::new(Self::successors(s, dead, &next, &class)))
+                .clone()
+        };
         // Follow the chain of single successors to a state whose run is known, a loop, a
-        // state without one, or 255 states; then fill the runs in backwards.
+        // state without one, or 255 states; then fill the runs in backwards (every chain
+        // state but `t`, whose run may still be the loop's).
         let mut chain: Vec<(u32, u64)> = Vec::new();
         let mut s = t;
         let mut tail = loop {
-            if let Some(r) = known(s) {
-                break r;
+            if s != t {
+                if let Some(r) = known(s) {
+                    break r;
+                }
             }
-            let (groups, succ) = Self::step(s, dead, &next, &class);
+            let (groups, succ) = succs(s).single();
             if groups == 0 {
-                store(s, Run::NONE);
                 break Run::NONE;
             }
             if succ == s {
-                let r = Run {
+                break Run {
                     groups,
                     len: Run::UNBOUNDED,
                 };
-                store(s, r);
-                break r;
             }
             chain.push((s, groups));
             // A cycle of several states, or a chain too long to count: the successor is
@@ -398,6 +468,12 @@ impl Trie {
             }
             s = succ;
         };
+        if chain.is_empty() {
+            // `t` itself ended the chain: it loops on its groups or has none.
+            let r = Self::better_by_loop(t, tail, &mut succs, &mut store, &mut memo.crowded);
+            store(t, r);
+            return r;
+        }
         while let Some((c, groups)) = chain.pop() {
             tail = if tail.groups & groups == groups {
                 Run {
@@ -411,91 +487,187 @@ impl Trie {
             } else {
                 Run { groups, len: 1 }
             };
+            if c == t {
+                tail = Self::better_by_loop(t, tail, &mut succs, &mut store, &mut memo.crowded);
+            }
             store(c, tail);
         }
         tail
     }
 
-    /// The character groups whose every character, as its whole UTF-8 sequence, leads from
-    /// `t` to one same live state, and that state: of the states some whole group leads to,
-    /// the one most groups do (the lowest on a tie). `(0, dead)` when there is none.
-    fn step(
+    /// The groups most tokens are made of: a run without them takes few subtrees.
+    const COMMON_GROUPS: u64 = (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7);
+    /// A loop run looks at this many states at most (an unanchored `[a-z]{162}` inside a
+    /// string is ~330 DFA states: each count, before and after a match).
+    const LOOP_STATES: usize = 1024;
+
+    /// `chained`, or `t`'s loop run (see [`Trie::run`]) when that takes more of the
+    /// [`Trie::COMMON_GROUPS`], or as many and every group `chained` takes.
+    fn better_by_loop(
+        t: u32,
+        chained: Run,
+        succs: &mut impl FnMut(u32) -> std::rc::Rc<GroupSuccessors>,
+        store: &mut impl FnMut(u32, Run),
+        crowded: &mut HashSet<u32>,
+    ) -> Run {
+        if crowded.contains(&t) {
+            return chained;
+        }
+        let live = succs(t).live;
+        // Only a common group `t` takes but the chain does not can make the loop better.
+        if live & Self::COMMON_GROUPS & !chained.groups == 0 {
+            return chained;
+        }
+        let (groups, reached) = match Self::loop_groups(t, live, succs) {
+            Ok(found) => found,
+            Err(crowd) => {
+                // A search from one of these would likely meet as many states again.
+                crowded.extend(crowd);
+                return chained;
+            }
+        };
+        let common = |g: u64| (g & Self::COMMON_GROUPS).count_ones();
+        let wins = common(groups) > common(chained.groups)
+            || (common(groups) == common(chained.groups)
+                && groups & chained.groups == chained.groups);
+        if !wins {
+            return chained;
+        }
+        let r = Run {
+            groups,
+            len: Run::UNBOUNDED,
+        };
+        // The states reached stay within `reached` too: the same run is theirs.
+        for u in reached {
+            if u != t {
+                store(u, r);
+            }
+        }
+        r
+    }
+
+    /// Groups `G` (within `live`, the groups `t` takes) such that every state reachable
+    /// from `t` over characters of `G` takes all of `G`: start from `live`, and whenever
+    /// the search meets a state that dies on some group of `G`, drop the group of the
+    /// character that led there and search again. `G` and the states reached, or the
+    /// states reached when they pass [`Trie::LOOP_STATES`] (none when no group is left).
+    fn loop_groups(
+        t: u32,
+        live: u64,
+        succs: &mut impl FnMut(u32) -> std::rc::Rc<GroupSuccessors>,
+    ) -> Result<(u64, Vec<u32>), Vec<u32>> {
+        let mut groups = live;
+        'search: while groups != 0 {
+            let mut seen: HashMap<u32, ()> = HashMap::new();
+            seen.insert(t, ());
+            let mut queue = vec![t];
+            let mut k = 0;
+            while k < queue.len() {
+                let u = queue[k];
+                k += 1;
+                let from = succs(u);
+                for &(g, v) in &from.pairs {
+                    let bit = 1u64 << g;
+                    if groups & bit == 0 || seen.contains_key(&v) {
+                        continue;
+                    }
+                    if succs(v).live & groups != groups {
+                        // `v` dies on a group of `groups`: stop entering it.
+                        groups &= !bit;
+                        continue 'search;
+                    }
+                    seen.insert(v, ());
+                    queue.push(v);
+                    if queue.len() > Self::LOOP_STATES {
+                        return Err(queue);
+                    }
+                }
+            }
+            return Ok((groups, queue));
+        }
+        Err(Vec::new())
+    }
+
+    /// Per character group, where the characters of `t` lead; see [`GroupSuccessors`].
+    fn successors(
         t: u32,
         dead: u32,
         next: &impl Fn(u32, u8) -> u32,
         class: &impl Fn(u8) -> u8,
-    ) -> (u64, u32) {
-        // Per group bit: its one successor, `dead` when its characters disagree or die.
-        const UNSET: u32 = u32::MAX - 1;
-        let mut succ = [UNSET; 64];
-        let mut meet = |bit: u64, n: u32| {
-            let g = bit.trailing_zeros() as usize;
-            succ[g] = match succ[g] {
-                UNSET => n,
-                m if m == n => m,
-                _ => dead,
-            };
+    ) -> GroupSuccessors {
+        let (mut seen, mut died) = (0u64, 0u64);
+        let mut pairs: Vec<(u8, u32)> = Vec::new();
+        let mut add = |bit: u64, n: u32, pairs: &mut Vec<(u8, u32)>| {
+            seen |= bit;
+            if n == dead {
+                died |= bit;
+            } else {
+                let g = bit.trailing_zeros() as u8;
+                if !pairs.contains(&(g, n)) {
+                    pairs.push((g, n));
+                }
+            }
         };
         for b in 0..=0x7fu8 {
-            meet(Self::byte_group(b), next(t, b));
+            add(Self::byte_group(b), next(t, b), &mut pairs);
         }
-        // The one state every byte sequence of `ranges` (one byte per class) leads to from
-        // `s`, or `dead`.
-        fn end(
+        // Every state the byte sequences of `ranges` (one byte per class) lead to from
+        // `s`, into `out`; false when one dies or there are more than ENDS (the group is
+        // then taken as not live, which only shortens runs).
+        const ENDS: usize = 16;
+        fn ends(
             s: u32,
             dead: u32,
             ranges: &[(u8, u8)],
             next: &impl Fn(u32, u8) -> u32,
             class: &impl Fn(u8) -> u8,
-        ) -> u32 {
-            let Some((&(lo, hi), more)) = ranges.split_first() else {
-                return s;
-            };
+            out: &mut Vec<u32>,
+        ) -> bool {
             if s == dead {
-                return dead;
+                return false;
             }
-            let mut seen = [false; 256];
-            let mut one = None;
-            for b in lo..=hi {
-                if std::mem::replace(&mut seen[usize::from(class(b))], true) {
-                    continue;
+            let Some((&(lo, hi), more)) = ranges.split_first() else {
+                if !out.contains(&s) {
+                    out.push(s);
                 }
-                let e = end(next(s, b), dead, more, next, class);
-                if e == dead || one.is_some_and(|o| o != e) {
-                    return dead;
-                }
-                one = Some(e);
-            }
-            one.unwrap_or(dead)
+                return out.len() <= ENDS;
+            };
+            let mut classes = [false; 256];
+            (lo..=hi).all(|b| {
+                std::mem::replace(&mut classes[usize::from(class(b))], true)
+                    || ends(next(s, b), dead, more, next, class, out)
+            })
         }
+        let mut out = Vec::new();
+        // Leads of one length mostly reach one state: its ends are found once (the last).
+        let mut last: Option<(u32, (u8, u8), usize, bool)> = None;
         for lead in 0xc2..=0xf4u8 {
             let Some((second, k)) = Self::utf8_second(lead) else {
                 continue;
             };
             let mut ranges = [(0x80, 0xbf); 3];
             ranges[0] = second;
-            meet(
-                Self::byte_group(lead),
-                end(next(t, lead), dead, &ranges[..k], next, class),
-            );
-        }
-        // The successor most groups share.
-        let mut best = (0u64, dead);
-        for g in 0..64 {
-            let n = succ[g];
-            if n == UNSET || n == dead {
-                continue;
-            }
-            let groups = (0..64)
-                .filter(|&h| succ[h] == n)
-                .fold(0u64, |a, h| a | 1 << h);
-            let better = groups.count_ones() > best.0.count_ones()
-                || (groups.count_ones() == best.0.count_ones() && n < best.1);
-            if better {
-                best = (groups, n);
+            let after = next(t, lead);
+            let ok = match last {
+                Some((s, r, n, ok)) if (s, r, n) == (after, second, k) => ok,
+                _ => {
+                    out.clear();
+                    let ok = ends(after, dead, &ranges[..k], next, class, &mut out);
+                    last = Some((after, second, k, ok));
+                    ok
+                }
+            };
+            if ok {
+                for &n in &out {
+                    add(Self::byte_group(lead), n, &mut pairs);
+                }
+            } else {
+                add(Self::byte_group(lead), dead, &mut pairs);
             }
         }
-        best
+        let live = seen & !died;
+        pairs.retain(|&(g, _)| live & (1 << g) != 0);
+        GroupSuccessors { live, pairs }
     }
 
     /// The token with the longest bytes that are a prefix of `text` (lowest id among equals).
@@ -629,7 +801,6 @@ mod tests {
     fn walks_that_take_subtrees_by_runs_allow_exactly_what_full_walks_do() {
         use crate::regex::{Dfa, DEAD};
         use std::cell::{Cell, RefCell};
-        use std::collections::HashMap;
         let t = deep_trie();
         let mut skipped = 0;
         for pattern in [
@@ -642,9 +813,14 @@ mod tests {
             "(ab){0,5}[^a]{1,4}",
             ".{0,3}a",
             "[a\u{e9}\u{20ac} ]{1,12}",
+            // Unanchored patterns inside a string: loops through several states.
+            r#""([^"\\]|\\.)*(0a|b0){2}([^"\\]|\\.)*""#,
+            r#""[^"\\]*a[0b]{3}[^"\\]*"(,"x")?"#,
+            "(a|b0|\u{e9} )*(ab){0,2}\"",
         ] {
             let dfa = Dfa::new(pattern).unwrap();
             let memo = RefCell::new(HashMap::new());
+            let succ_memo = RefCell::new(RunMemo::default());
             let nexts = Cell::new(0usize);
             let next = |s: u32, b: u8| {
                 nexts.set(nexts.get() + 1);
@@ -658,8 +834,9 @@ mod tests {
                     |b| dfa.byte_class(b),
                     |x| memo.borrow().get(&x).copied(),
                     |x, r| {
-                        memo.borrow_mut().insert(x, r);
+                        memo.borrow_mut().entry(x).or_insert(r);
                     },
+                    &mut succ_memo.borrow_mut(),
                 )
             };
             // Every live state, breadth first over bytes.
@@ -705,6 +882,7 @@ mod tests {
                 |b| dfa.byte_class(b),
                 |_| None,
                 |_, _| {},
+                &mut RunMemo::default(),
             )
         };
         let lower = Trie::byte_group(b'a');
@@ -729,7 +907,36 @@ mod tests {
             |b| looping.byte_class(b),
             |_| None,
             |_, _| {},
+            &mut RunMemo::default(),
         );
         assert_eq!(r.len, Run::UNBOUNDED);
+    }
+
+    #[test]
+    fn loop_runs_take_every_character_an_unanchored_pattern_allows() {
+        use crate::regex::{Dfa, DEAD};
+        // Inside the string the states count the hex digits seen, so no character group
+        // has one successor; every string character but the backslash (its escape state
+        // takes few) keeps every state alive, and the quote only after the match.
+        let dfa = Dfa::new(r#""[^"\\]*[0-9a-f]{4}[^"\\]*"(,|\})"#).unwrap();
+        let run = |s: u32| {
+            Trie::run(
+                s,
+                DEAD,
+                |s, b| dfa.next(s, b),
+                |b| dfa.byte_class(b),
+                |_| None,
+                |_, _| {},
+                &mut RunMemo::default(),
+            )
+        };
+        let g = Trie::byte_group;
+        let inside = g(b'a') | g(b'A') | g(b'0') | g(b' ') | g(0xc3) | g(0xe2);
+        for text in ["\"", "\"x", "\"ab", "\"abc1", "\"abc12", "\"abc12z"] {
+            let r = run(dfa.walk(dfa.start(), text.as_bytes()));
+            assert_eq!(r.len, Run::UNBOUNDED, "{text}");
+            assert_eq!(r.groups & inside, inside, "{text}");
+            assert_eq!(r.groups & (g(b'"') | g(b'\\')), 0, "{text}");
+        }
     }
 }
