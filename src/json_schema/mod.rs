@@ -257,18 +257,28 @@ impl JsonSchema {
     fn build_grammar(node: &Node, field: &str, shown: &str, dfa_error: Error) -> Result<Grammar> {
         // The grammar's text is no longer than the regex's (each item once, as a rule), but
         // it is generated, so bound it here too rather than trust that.
-        let gbnf = node.to_gbnf();
-        if gbnf.len() > MAX_SCHEMA_REGEX_BYTES {
-            return Err(dfa_error);
+        // One parse per count (chains) is the faster grammar; nested blocks are the smaller
+        // one, tried when the chains' rules pass the automaton limit.
+        let mut last = None;
+        for gbnf in [node.to_gbnf(), node.to_gbnf_blocked()] {
+            if gbnf.len() > MAX_SCHEMA_REGEX_BYTES || last.as_ref().is_some_and(|(g, _)| *g == gbnf)
+            {
+                continue;
+            }
+            match Grammar::from_generated(&gbnf) {
+                Ok(grammar) => return Ok(grammar),
+                Err(why) => last = Some((gbnf, why)),
+            }
         }
-        Grammar::from_generated(&gbnf).map_err(|why| {
-            Error::limit_exceeded(format!(
-                "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit as a \
-                 DFA, and as a grammar it {why}"
-            ))
-            .with_param(field)
-            .with_source(dfa_error)
-        })
+        let Some((_, why)) = last else {
+            return Err(dfa_error);
+        };
+        Err(Error::limit_exceeded(format!(
+            "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit as a \
+             DFA, and as a grammar it {why}"
+        ))
+        .with_param(field)
+        .with_source(dfa_error))
     }
 
     /// The compiled regex (regex-syntax text; the whole output must match it).

@@ -519,7 +519,20 @@ impl Node {
 
     /// Renders a GBNF grammar whose `root` rule accepts exactly this language.
     pub(crate) fn to_gbnf(&self) -> String {
-        let mut g = Gbnf::default();
+        self.gbnf_with(true)
+    }
+
+    /// [`Node::to_gbnf`] with every long counted repetition as nested blocks: fewer, larger
+    /// rules than the chains of [`GBNF_UPTO_CHAIN`], for when those pass an automaton limit.
+    pub(crate) fn to_gbnf_blocked(&self) -> String {
+        self.gbnf_with(false)
+    }
+
+    fn gbnf_with(&self, chains: bool) -> String {
+        let mut g = Gbnf {
+            chains,
+            ..Gbnf::default()
+        };
         count_subtrees(self, &mut g.counts);
         let root = g.expr(self);
         let mut out = format!("root ::= {root}\n");
@@ -790,6 +803,11 @@ const GBNF_BLOCKED_REPEAT: u32 = 64;
 /// Items per block in a long counted repetition.
 const GBNF_BLOCK: u32 = 16;
 
+/// An optional part of a counted repetition of at most this many [`GBNF_BLOCK`]s (1,039
+/// items) is a chain of one rule per block ([`Gbnf::repeat`]); a longer one is nested
+/// blocks, whose rule count grows with the logarithm instead.
+const GBNF_UPTO_CHAIN: u32 = 64;
+
 /// Counts every composite subtree of `n` (how often each value occurs in the tree).
 fn count_subtrees<'a>(n: &'a Node, counts: &mut HashMap<&'a Node, usize>) {
     let children: Vec<&Node> = match n {
@@ -823,6 +841,8 @@ struct Gbnf<'a> {
     counts: HashMap<&'a Node, usize>,
     /// Rendered texts of subtrees that occur more than once.
     shared: HashMap<&'a Node, String>,
+    /// Optional parts of long counted repetitions as chains ([`GBNF_UPTO_CHAIN`]).
+    chains: bool,
 }
 
 impl<'a> Gbnf<'a> {
@@ -900,6 +920,23 @@ impl<'a> Gbnf<'a> {
         match max {
             None => parts.push(format!("{a}*")),
             Some(max) if max == min => {}
+            Some(max) if self.chains && (max - min) / k <= GBNF_UPTO_CHAIN => {
+                // Up to r = 16 q + t more: "fewer than 16, or 16 and then up to r - 16
+                // more", innermost first. Each count has one parse, so a pushdown engine
+                // keeps one head where the blocks below keep ~6 alive (a 255-character
+                // string's masks took 2-3 ms).
+                let r = max - min;
+                let (q, t) = (r / k, r % k);
+                let mut upto = match t {
+                    0 => "\"\"".to_owned(),
+                    t => format!("{a}{}", quantifier(0, Some(t))),
+                };
+                for _ in 0..q {
+                    let body = format!("{a}{} | {a}{{{k}}} {upto}", quantifier(0, Some(k - 1)));
+                    upto = self.rule("upto", body);
+                }
+                parts.push(upto);
+            }
             Some(max) => {
                 let r = max - min;
                 let (q, t) = (r / k, r % k);
