@@ -582,14 +582,32 @@ fn parse_chatml(
     while let Some(p) = rest.find(CHATML_OPEN) {
         content.push_str(&rest[..p]);
         let after = &rest[p + CHATML_OPEN.len()..];
-        let (inner, used) = match after.find(CHATML_CLOSE) {
-            Some(q) => (&after[..q], q + CHATML_CLOSE.len()),
-            None => (after, after.len()),
+        // The block is the JSON value that opens it, when the close (or the end) follows:
+        // a string inside it may hold `</tool_call>` itself (a sampled city name did).
+        let whole = leading_json(after).and_then(|(v, n)| {
+            let tail = &after[n..];
+            let gap = tail.len() - tail.trim_start().len();
+            let tail = &tail[gap..];
+            if tail.starts_with(CHATML_CLOSE) {
+                Some((v, n + gap + CHATML_CLOSE.len()))
+            } else {
+                tail.is_empty().then_some((v, after.len()))
+            }
+        });
+        let (value, used) = match whole {
+            Some((v, used)) => (Some(v), used),
+            None => match after.find(CHATML_CLOSE) {
+                Some(q) => (
+                    serde_json::from_str::<Value>(after[..q].trim()).ok(),
+                    q + CHATML_CLOSE.len(),
+                ),
+                None => (
+                    serde_json::from_str::<Value>(after.trim()).ok(),
+                    after.len(),
+                ),
+            },
         };
-        match serde_json::from_str::<Value>(inner.trim())
-            .ok()
-            .and_then(|v| call_of(&v, tools))
-        {
+        match value.and_then(|v| call_of(&v, tools)) {
             Some(call) => found.push(call),
             None => content.push_str(&rest[p..p + CHATML_OPEN.len() + used]),
         }
@@ -953,6 +971,13 @@ mod tests {
             names_args(&p),
             [call("add", r#"{"a":1,"b":2}"#), call("add", "{}")]
         );
+
+        // The close tag inside an argument string does not end the block (seed 56 of a
+        // forced SmolLM2 call sampled the city "M Venus imam}}</tool_call>11.5").
+        let inside = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": \"}}</tool_call>1\"}}\n</tool_call>";
+        let p = Codec::ChatMl.parse(inside, &t, 0);
+        assert_eq!(p.content, None);
+        assert_eq!(names_args(&p), [call("add", r#"{"a":"}}</tool_call>1"}"#)]);
     }
 
     #[test]
