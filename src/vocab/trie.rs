@@ -468,14 +468,10 @@ impl Trie {
             }
             s = succ;
         };
-        if chain.is_empty() {
-            // `t` itself ended the chain: it loops on its groups or has none.
-            let r = Self::better_by_loop(t, tail, &mut succs, &mut store, &mut memo.crowded);
-            store(t, r);
-            return r;
-        }
-        while let Some((c, groups)) = chain.pop() {
-            tail = if tail.groups & groups == groups {
+        // One state longer than its successor's run, or 1 when it takes a group the
+        // successor does not.
+        let before = |tail: Run, groups: u64| {
+            if tail.groups & groups == groups {
                 Run {
                     groups,
                     len: if tail.len == Run::UNBOUNDED {
@@ -486,13 +482,18 @@ impl Trie {
                 }
             } else {
                 Run { groups, len: 1 }
-            };
-            if c == t {
-                tail = Self::better_by_loop(t, tail, &mut succs, &mut store, &mut memo.crowded);
             }
+        };
+        // `chain[0]` is `t` (an empty chain: `t` loops on its groups or has none).
+        while chain.len() > 1 {
+            let (c, groups) = chain.pop().expect("more than one state");
+            tail = before(tail, groups);
             store(c, tail);
         }
-        tail
+        let own = chain.pop().map_or(tail, |(_, groups)| before(tail, groups));
+        let r = Self::better_by_loop(t, own, &mut succs, &mut store, &mut memo.crowded);
+        store(t, r);
+        r
     }
 
     /// The groups most tokens are made of: a run without them takes few subtrees.
@@ -558,8 +559,7 @@ impl Trie {
     ) -> Result<(u64, Vec<u32>), Vec<u32>> {
         let mut groups = live;
         'search: while groups != 0 {
-            let mut seen: HashMap<u32, ()> = HashMap::new();
-            seen.insert(t, ());
+            let mut seen = HashSet::from([t]);
             let mut queue = vec![t];
             let mut k = 0;
             while k < queue.len() {
@@ -568,7 +568,7 @@ impl Trie {
                 let from = succs(u);
                 for &(g, v) in &from.pairs {
                     let bit = 1u64 << g;
-                    if groups & bit == 0 || seen.contains_key(&v) {
+                    if groups & bit == 0 || seen.contains(&v) {
                         continue;
                     }
                     if succs(v).live & groups != groups {
@@ -576,7 +576,7 @@ impl Trie {
                         groups &= !bit;
                         continue 'search;
                     }
-                    seen.insert(v, ());
+                    seen.insert(v);
                     queue.push(v);
                     if queue.len() > Self::LOOP_STATES {
                         return Err(queue);
@@ -869,22 +869,25 @@ mod tests {
         assert!(skipped > 10, "subtrees were taken whole in {skipped} walks");
     }
 
+    /// The run of `s` in `dfa`, computed from nothing.
+    fn fresh_run(dfa: &crate::regex::Dfa, s: u32) -> Run {
+        Trie::run(
+            s,
+            crate::regex::DEAD,
+            |s, b| dfa.next(s, b),
+            |b| dfa.byte_class(b),
+            |_| None,
+            |_, _| {},
+            &mut RunMemo::default(),
+        )
+    }
+
     #[test]
     fn runs_count_the_characters_left_in_a_counted_stretch() {
-        use crate::regex::{Dfa, DEAD};
+        use crate::regex::Dfa;
         // Four character groups against one: the stretch's successor is the one to follow.
         let dfa = Dfa::new("[a-zA-Z0-9 \u{e9}]{0,5}!").unwrap();
-        let run = |s: u32| {
-            Trie::run(
-                s,
-                DEAD,
-                |s, b| dfa.next(s, b),
-                |b| dfa.byte_class(b),
-                |_| None,
-                |_, _| {},
-                &mut RunMemo::default(),
-            )
-        };
+        let run = |s: u32| fresh_run(&dfa, s);
         let lower = Trie::byte_group(b'a');
         let mut s = dfa.start();
         for left in (1..=5u8).rev() {
@@ -900,40 +903,20 @@ mod tests {
         };
         assert_eq!(run(s), end);
         let looping = Dfa::new("[^!]*!").unwrap();
-        let r = Trie::run(
-            looping.start(),
-            DEAD,
-            |s, b| looping.next(s, b),
-            |b| looping.byte_class(b),
-            |_| None,
-            |_, _| {},
-            &mut RunMemo::default(),
-        );
-        assert_eq!(r.len, Run::UNBOUNDED);
+        assert_eq!(fresh_run(&looping, looping.start()).len, Run::UNBOUNDED);
     }
 
     #[test]
     fn loop_runs_take_every_character_an_unanchored_pattern_allows() {
-        use crate::regex::{Dfa, DEAD};
+        use crate::regex::Dfa;
         // Inside the string the states count the hex digits seen, so no character group
         // has one successor; every string character but the backslash (its escape state
         // takes few) keeps every state alive, and the quote only after the match.
         let dfa = Dfa::new(r#""[^"\\]*[0-9a-f]{4}[^"\\]*"(,|\})"#).unwrap();
-        let run = |s: u32| {
-            Trie::run(
-                s,
-                DEAD,
-                |s, b| dfa.next(s, b),
-                |b| dfa.byte_class(b),
-                |_| None,
-                |_, _| {},
-                &mut RunMemo::default(),
-            )
-        };
         let g = Trie::byte_group;
         let inside = g(b'a') | g(b'A') | g(b'0') | g(b' ') | g(0xc3) | g(0xe2);
         for text in ["\"", "\"x", "\"ab", "\"abc1", "\"abc12", "\"abc12z"] {
-            let r = run(dfa.walk(dfa.start(), text.as_bytes()));
+            let r = fresh_run(&dfa, dfa.walk(dfa.start(), text.as_bytes()));
             assert_eq!(r.len, Run::UNBOUNDED, "{text}");
             assert_eq!(r.groups & inside, inside, "{text}");
             assert_eq!(r.groups & (g(b'"') | g(b'\\')), 0, "{text}");
