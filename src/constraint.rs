@@ -403,9 +403,8 @@ impl Constraint {
                 known,
                 |s, r| {
                     let i = dfa.index(s);
-                    let unknown = RUN_UNKNOWN;
                     let claim = self.run_groups[i].compare_exchange(
-                        unknown,
+                        RUN_UNKNOWN,
                         RUN_WRITING,
                         Ordering::Acquire,
                         Ordering::Relaxed,

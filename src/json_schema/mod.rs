@@ -258,9 +258,10 @@ impl JsonSchema {
         // The grammar's text is no longer than the regex's (each item once, as a rule), but
         // it is generated, so bound it here too rather than trust that.
         // One parse per count (chains) is the faster grammar; nested blocks are the smaller
-        // one, tried when the chains' rules pass the automaton limit.
+        // one, rendered and tried only when the chains' rules pass the automaton limit.
         let mut last = None;
-        for gbnf in [node.to_gbnf(), node.to_gbnf_blocked()] {
+        let blocked = std::iter::once_with(|| node.to_gbnf_blocked());
+        for gbnf in std::iter::once(node.to_gbnf()).chain(blocked) {
             if gbnf.len() > MAX_SCHEMA_REGEX_BYTES || last.as_ref().is_some_and(|(g, _)| *g == gbnf)
             {
                 continue;

@@ -813,7 +813,9 @@ const GBNF_BLOCK: u32 = 16;
 
 /// An optional part of a counted repetition of at most this many [`GBNF_BLOCK`]s (1,039
 /// items) is a chain of one rule per block ([`Gbnf::repeat`]); a longer one is nested
-/// blocks, whose rule count grows with the logarithm instead.
+/// blocks, whose rule count grows with the logarithm instead. The whole grammar's bound,
+/// [`GBNF_MAX_CHAIN_RULES`], is tighter: past 16 blocks (271 items) every count in the
+/// schema is nested blocks.
 const GBNF_UPTO_CHAIN: u32 = 64;
 
 /// A schema whose chains would take more rules than this is written with nested blocks
