@@ -394,7 +394,7 @@ impl Constraint {
         // A known run comes straight back from `Trie::run`; the first run stored for a
         // state stays (any is right, and a reader never sees half of another).
         let mut memo = RunMemo::default();
-        let runs = |s: u32| {
+        let mut runs = |s: u32| {
             Trie::run(
                 s,
                 DEAD,
@@ -417,11 +417,20 @@ impl Constraint {
                 &mut memo,
             )
         };
-        self.vocab.trie().walk(
+        // The tokens the state's own run takes are one shared set, not marked one by one.
+        let trie = self.vocab.trie();
+        let from = runs(state);
+        if from.groups != 0 {
+            for (o, w) in out.iter_mut().zip(trie.run_tokens(from, self.words).iter()) {
+                *o |= w;
+            }
+        }
+        trie.walk(
             state,
             DEAD,
             |s, b| dfa.next(s, b),
-            runs,
+            from,
+            &mut runs,
             |t| out[t as usize / 32] |= 1 << (t % 32),
         );
         if dfa.is_accepting(state) {

@@ -7,7 +7,10 @@
 
 use super::{TokenId, TokenKind};
 use crate::error::{Error, Result};
+use crate::limits::RUN_TOKENS_CACHE_BYTES;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// One trie node (the root is implicit). 12 bytes, so the 49k-token walk streams ~2.4 MB.
 #[derive(Debug, Clone, Copy)]
@@ -37,13 +40,31 @@ pub(crate) struct Trie {
     /// most): a subtree is taken whole when a state's [`Run`] is at least this long (200 KB
     /// at 49k).
     height: Vec<u8>,
+    /// The most characters a token has (255 at most).
+    max_chars: u8,
+    /// [`Trie::run_tokens`] by run, kept for every later walk over this vocabulary.
+    run_tokens: RunTokensCache,
+}
+
+/// The token sets [`Trie::run_tokens`] computed, within [`RUN_TOKENS_CACHE_BYTES`].
+#[derive(Debug, Default)]
+struct RunTokensCache {
+    sets: Mutex<HashMap<Run, Arc<[u32]>>>,
+    bytes: AtomicUsize,
+}
+
+impl Clone for RunTokensCache {
+    /// A copy starts empty: the sets are a cache.
+    fn clone(&self) -> Self {
+        RunTokensCache::default()
+    }
 }
 
 /// What an automaton state absorbs without a check: any string of at most `len` characters,
 /// each from the character `groups` (see [`Trie::byte_group`]), keeps it alive, a string
 /// ending inside a character included. `len` [`Run::UNBOUNDED`] is a loop (`[^"]*`), a
 /// smaller one a counted stretch (`[^"]{0,40}` with 30 characters to go).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Run {
     pub(crate) groups: u64,
     pub(crate) len: u8,
@@ -61,6 +82,38 @@ impl Run {
     pub(crate) fn covers(self, below: u64, height: u8) -> bool {
         below & self.groups == below && height <= self.len
     }
+
+    /// Characters seen from a walk's start along a path whose every character is from this
+    /// run's groups, after byte `b`, given `chars` before it; [`Run::OFF_PATH`] once a
+    /// character is not (or there are more than `len`, for a counted run). UTF-8
+    /// continuation bytes count nothing: a subtree is only taken where [`Trie::below`] says
+    /// the whole path is UTF-8.
+    #[inline(always)]
+    fn path_chars(self, chars: u16, b: u8) -> u16 {
+        if chars == Self::OFF_PATH || (0x80..=0xbf).contains(&b) {
+            return chars;
+        }
+        let n = chars + 1;
+        if Trie::byte_group(b) & self.groups == 0
+            || (self.len != Self::UNBOUNDED && n > u16::from(self.len))
+        {
+            Self::OFF_PATH
+        } else {
+            n
+        }
+    }
+
+    /// Whether every token of a subtree at a node reached with `chars` characters on this
+    /// run's path (see [`Run::path_chars`]) keeps a state with this run alive.
+    #[inline(always)]
+    fn covers_from(self, chars: u16, below: u64, height: u8) -> bool {
+        chars != Self::OFF_PATH
+            && below & self.groups == below
+            && (self.len == Self::UNBOUNDED || chars + u16::from(height) <= u16::from(self.len))
+    }
+
+    /// [`Run::path_chars`] of a path that left the run's groups.
+    const OFF_PATH: u16 = u16::MAX;
 }
 
 /// Where the characters of one automaton state lead, by [`Trie::byte_group`].
@@ -168,12 +221,21 @@ impl Trie {
         });
         let below = Self::summarize(&nodes, max_depth);
         let height = Self::heights(&nodes, max_depth);
+        // A root child starts one character; `height` counts the rest.
+        let mut max_chars = 0u8;
+        let mut i = 0;
+        while i + 1 < nodes.len() {
+            max_chars = max_chars.max(height[i].saturating_add(1));
+            i = nodes[i].next as usize;
+        }
         Ok(Trie {
             nodes,
             tokens,
             max_depth,
             below,
             height,
+            max_chars,
+            run_tokens: RunTokensCache::default(),
         })
     }
 
@@ -360,7 +422,10 @@ impl Trie {
     }
 
     /// Walks every token path from automaton state `start`, following `next(state, byte)`
-    /// and pruning at `dead`; calls `allow` for each token whose whole path stays alive.
+    /// and pruning at `dead`; calls `allow` for each token whose whole path stays alive,
+    /// but may leave out the tokens of [`Trie::run_tokens`]`(from)`, `from` being `start`'s
+    /// run (or [`Run::NONE`]): the caller adds that set, a copy of a few kilobytes where a
+    /// string-interior state's ~48.8k tokens took ~50 µs to mark one by one.
     ///
     /// `runs(state)` is the state's [`Run`] (or [`Run::NONE`] to never skip): a subtree of
     /// more than [`Trie::SKIP_MIN_NODES`] nodes that the run of the state reached covers is
@@ -372,22 +437,32 @@ impl Trie {
         start: u32,
         dead: u32,
         next: impl Fn(u32, u8) -> u32,
+        from: Run,
         mut runs: impl FnMut(u32) -> Run,
         mut allow: impl FnMut(TokenId),
     ) {
+        let from = self.normalized(from);
         let mut states = vec![start; self.max_depth + 1];
+        // Characters on `from`'s path, per depth (Run::OFF_PATH once it left).
+        let mut chars = vec![if from.groups == 0 { Run::OFF_PATH } else { 0 }; self.max_depth + 1];
         let nodes = &self.nodes;
         let end = nodes.len() - 1;
         let mut i = 0;
         while i < end {
             let node = nodes[i];
             let depth = usize::from(node.depth);
+            let c = from.path_chars(chars[depth - 1], node.byte);
+            if from.covers_from(c, self.below[i], self.height[i]) {
+                i = node.next as usize;
+                continue;
+            }
             let s = next(states[depth - 1], node.byte);
             if s == dead {
                 i = node.next as usize;
                 continue;
             }
             states[depth] = s;
+            chars[depth] = c;
             for &t in &self.tokens[node.tok_start as usize..nodes[i + 1].tok_start as usize] {
                 allow(t);
             }
@@ -401,6 +476,74 @@ impl Trie {
                 continue;
             }
             i += 1;
+        }
+    }
+
+    /// `run` with a count no token can reach made a loop, so that runs differing only there
+    /// share one [`Trie::run_tokens`] set.
+    fn normalized(&self, run: Run) -> Run {
+        if run.len >= self.max_chars && self.max_chars < Run::UNBOUNDED {
+            Run {
+                groups: run.groups,
+                len: Run::UNBOUNDED,
+            }
+        } else {
+            run
+        }
+    }
+
+    /// The tokens `run` takes from the start of a [`Trie::walk`]: those in the subtrees the
+    /// walk leaves out for it (every character from the run's groups, at most `len` of them,
+    /// the whole path UTF-8), as mask words (`words` of them, bit `t % 32` of word `t / 32`).
+    /// Computed once per run and vocabulary, within [`RUN_TOKENS_CACHE_BYTES`].
+    pub(crate) fn run_tokens(&self, run: Run, words: usize) -> Arc<[u32]> {
+        let run = self.normalized(run);
+        let cache = &self.run_tokens;
+        if let Some(set) = cache
+            .sets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&run)
+        {
+            return set.clone();
+        }
+        let mut set = vec![0u32; words];
+        let mut mark = |t: TokenId| set[t as usize / 32] |= 1 << (t % 32);
+        if run.groups != 0 {
+            let mut chars = vec![0u16; self.max_depth + 1];
+            let end = self.nodes.len() - 1;
+            let mut i = 0;
+            while i < end {
+                let node = self.nodes[i];
+                let depth = usize::from(node.depth);
+                let c = run.path_chars(chars[depth - 1], node.byte);
+                if c == Run::OFF_PATH {
+                    i = node.next as usize;
+                } else if run.covers_from(c, self.below[i], self.height[i]) {
+                    self.tokens(i)
+                        .iter()
+                        .chain(self.subtree_tokens(i))
+                        .for_each(|&t| mark(t));
+                    i = node.next as usize;
+                } else {
+                    chars[depth] = c;
+                    i += 1;
+                }
+            }
+        }
+        let set: Arc<[u32]> = set.into();
+        let bytes = words * 4;
+        if cache.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes <= RUN_TOKENS_CACHE_BYTES {
+            let mut sets = cache.sets.lock().unwrap_or_else(|e| e.into_inner());
+            let kept = sets.entry(run).or_insert_with(|| set.clone()).clone();
+            if !Arc::ptr_eq(&kept, &set) {
+                // Another caller stored it first.
+                cache.bytes.fetch_sub(bytes, Ordering::Relaxed);
+            }
+            kept
+        } else {
+            cache.bytes.fetch_sub(bytes, Ordering::Relaxed);
+            set
         }
     }
 
@@ -713,7 +856,7 @@ mod tests {
         let t = trie(&[b"b", b"ab", b"a", b"abc", b"ab", b"ba"]);
         assert_eq!(t.node_count(), 5); // a, ab, abc, b, ba
         let mut seen = Vec::new();
-        t.walk(1, 0, |s, _| s, |_| Run::NONE, |id| seen.push(id));
+        t.walk(1, 0, |s, _| s, Run::NONE, |_| Run::NONE, |id| seen.push(id));
         seen.sort();
         assert_eq!(seen, vec![0, 1, 2, 3, 4, 5]);
     }
@@ -728,7 +871,7 @@ mod tests {
             _ => 0,
         };
         let mut seen = Vec::new();
-        t.walk(1, 0, next, |_| Run::NONE, |id| seen.push(id));
+        t.walk(1, 0, next, Run::NONE, |_| Run::NONE, |id| seen.push(id));
         seen.sort();
         assert_eq!(seen, vec![1, 2]);
     }
@@ -802,7 +945,8 @@ mod tests {
         use crate::regex::{Dfa, DEAD};
         use std::cell::{Cell, RefCell};
         let t = deep_trie();
-        let mut skipped = 0;
+        let words = t.tokens.len().div_ceil(32);
+        let (mut skipped, mut taken_by_set) = (0, 0);
         for pattern in [
             r#""[^"\\]*""#,
             r#""([^"\\]|\\.){0,6}"x"#,
@@ -854,19 +998,40 @@ mod tests {
             for &s in &states {
                 let (mut full, mut fast) = (Vec::new(), Vec::new());
                 nexts.set(0);
-                t.walk(s, DEAD, next, |_| Run::NONE, |id| full.push(id));
+                t.walk(s, DEAD, next, Run::NONE, |_| Run::NONE, |id| full.push(id));
                 let visited = nexts.get();
                 nexts.set(0);
-                t.walk(s, DEAD, next, runs, |id| fast.push(id));
+                t.walk(s, DEAD, next, Run::NONE, runs, |id| fast.push(id));
                 if nexts.get() < visited {
                     skipped += 1;
                 }
                 full.sort_unstable();
                 fast.sort_unstable();
                 assert_eq!(full, fast, "{pattern:?} at state {s}");
+                // From the state's own run: the walk plus the run's shared set.
+                let from = runs(s);
+                let set = t.run_tokens(from, words);
+                let mut joined: Vec<u32> = (0..words as u32 * 32)
+                    .filter(|&id| set[id as usize / 32] & (1 << (id % 32)) != 0)
+                    .collect();
+                nexts.set(0);
+                t.walk(s, DEAD, next, from, runs, |id| joined.push(id));
+                if from.groups != 0 && nexts.get() < visited {
+                    taken_by_set += 1;
+                }
+                joined.sort_unstable();
+                joined.dedup();
+                assert_eq!(
+                    full, joined,
+                    "{pattern:?} at state {s} from its run {from:?}"
+                );
             }
         }
         assert!(skipped > 10, "subtrees were taken whole in {skipped} walks");
+        assert!(
+            taken_by_set > 10,
+            "a run's set took subtrees in {taken_by_set} walks"
+        );
     }
 
     /// The run of `s` in `dfa`, computed from nothing.
