@@ -14,7 +14,8 @@
 use regex_automata::nfa::thompson::{self, Builder, Transition, NFA};
 use regex_automata::util::primitives::StateID;
 use regex_syntax::utf8::Utf8Sequences;
-use std::collections::{BTreeSet, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 /// Sorted, non-overlapping, non-adjacent ranges of Unicode scalar values.
@@ -621,7 +622,7 @@ fn nfa_node(b: &mut Builder, n: &Node) -> Result<Frag, Box<thompson::BuildError>
             // [80-BF]...): without that, each lead-byte range would bring its own chain of
             // continuation states, ~10 more automaton states in every string of a schema.
             let end = b.add_empty()?;
-            let mut shared: HashMap<(u8, u8, StateID), StateID> = HashMap::new();
+            let mut shared: HashMap<(u8, u8, StateID), StateID> = HashMap::default();
             let mut starts = Vec::new();
             for &(lo, hi) in r {
                 for seq in Utf8Sequences::new(lo, hi) {
