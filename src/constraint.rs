@@ -55,7 +55,7 @@ use crate::grammar::{self, Grammar};
 use crate::json_schema::JsonSchema;
 use crate::json_value;
 use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_BYTES, MAX_GRAMMAR_STEP_WORK, MAX_SCHEMA_BYTES};
-use crate::mask::{check_mask_len, words_for, TokenMask};
+use crate::mask::{check_mask_len, or_words, set_bit, words_for, TokenMask};
 use crate::regex::{Dfa, DEAD};
 use crate::vocab::{Run, RunMemo, TokenId, Trie, Vocabulary};
 use serde_json::Value;
@@ -421,9 +421,7 @@ impl Constraint {
         let trie = self.vocab.trie();
         let from = runs(state);
         if from.groups != 0 {
-            for (o, w) in out.iter_mut().zip(trie.run_tokens(from, self.words).iter()) {
-                *o |= w;
-            }
+            or_words(out, &trie.run_tokens(from, self.words));
         }
         trie.walk(
             state,
@@ -431,11 +429,11 @@ impl Constraint {
             |s, b| dfa.next(s, b),
             from,
             &mut runs,
-            |t| out[t as usize / 32] |= 1 << (t % 32),
+            |t| set_bit(out, t),
         );
         if dfa.is_accepting(state) {
             for &t in self.vocab.eos() {
-                out[t as usize / 32] |= 1 << (t % 32);
+                set_bit(out, t);
             }
         }
     }

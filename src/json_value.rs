@@ -23,7 +23,8 @@
 //! states.
 
 use crate::limits::{MASK_CACHE_BYTES, MAX_JSON_WHITESPACE};
-use crate::vocab::{TokenId, Vocabulary};
+use crate::mask::set_bit;
+use crate::vocab::Vocabulary;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -546,11 +547,6 @@ fn content_walk(vocab: &Vocabulary, words: usize) -> Content {
         free: free.into_boxed_slice(),
         quotes: quotes.into_boxed_slice(),
     }
-}
-
-#[inline]
-fn set_bit(out: &mut [u32], t: TokenId) {
-    out[t as usize / 32] |= 1 << (t % 32);
 }
 
 impl Index {

@@ -101,6 +101,20 @@ fn is_allowed(words: &[u32], id: usize) -> bool {
     words[id / 32] >> (id % 32) & 1 == 1
 }
 
+/// Sets token `t`'s bit in mask words.
+#[inline]
+pub(crate) fn set_bit(words: &mut [u32], t: u32) {
+    words[t as usize / 32] |= 1 << (t % 32);
+}
+
+/// Adds the tokens of mask words `other` to `words`.
+#[inline]
+pub(crate) fn or_words(words: &mut [u32], other: &[u32]) {
+    for (w, o) in words.iter_mut().zip(other) {
+        *w |= *o;
+    }
+}
+
 pub(crate) fn check_mask_len(words: usize, vocab_size: usize) -> Result<()> {
     if vocab_size == 0 {
         return Err(Error::invalid_input("the vocabulary is empty (0 logits)").with_param("logits"));

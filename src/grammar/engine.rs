@@ -13,7 +13,8 @@
 use super::{BitSet256, Grammar, NONE, SLOW};
 use crate::error::{Error, Result};
 use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_STEP_WORK};
-use crate::vocab::{Run, RunMemo, TokenId, Trie, Vocabulary};
+use crate::mask::{or_words, set_bit};
+use crate::vocab::{Run, RunMemo, Trie, Vocabulary};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -461,6 +462,22 @@ struct ExitSplit {
     rest: Box<[u32]>,
 }
 
+/// Marks in `covered` the tokens of the `exits` whose subtree `run` covers; the other exits.
+fn split_exits(trie: &Trie, run: Run, exits: &[u32], covered: &mut [u32]) -> Vec<u32> {
+    let mut rest = Vec::new();
+    for &n in exits {
+        let i = n as usize;
+        if run.covers(trie.below(i), trie.height(i)) {
+            for &t in trie.subtree_tokens(i) {
+                set_bit(covered, t);
+            }
+        } else {
+            rest.push(n);
+        }
+    }
+    rest
+}
+
 /// The heads of a trie-walk level, shared by the deeper levels that only move the top
 /// state: where they are, the scratch arena length after making them, and what the walk
 /// needs to know about them without looking at frames.
@@ -522,12 +539,12 @@ fn state_runs(g: &Grammar) -> Vec<Run> {
 }
 
 /// `own` ([`state_runs`]), each state's run replaced by the run of a rule it calls when
-/// that takes every string the own run takes, and more: a frame may enter the call instead of moving, and a string the callee's
-/// start absorbs keeps the callee's frame alive without returning. The state between two
-/// blocks of a counted string (`block{0,62}`, 16 characters a block) calls the next block,
-/// so after a token's first character ends a block the rest of the token is taken whole
-/// instead of walked with the real stack (a `maxLength: 1024` string's cold masks were
-/// ~0.3 ms at p50 and ~3.5 ms at p99).
+/// that takes every string the own run takes, and more: a frame may enter the call instead
+/// of moving, and a string the callee's start absorbs keeps the callee's frame alive
+/// without returning. The state between two blocks of a counted string (`block{0,62}`, 16
+/// characters a block) only calls the next block, so its own run is empty; with the
+/// block's, the exits after a block are mostly taken whole (10,031 of 10,041 at one step of
+/// a `maxLength: 1024` string) instead of walked with the real stack.
 fn runs_through_calls(g: &Grammar, own: Vec<Run>) -> Vec<Run> {
     let mut runs = own;
     // A chain of calls into calls (a block of blocks) is followed this many levels.
@@ -569,13 +586,8 @@ pub(crate) struct Index {
     /// The exits of a state split by the run of the frame below, by (state, run).
     exit_splits: Mutex<HashMap<(u32, Run), Arc<ExitSplit>>>,
     cached_bytes: AtomicUsize,
-    /// [`state_runs`] (all [`Run::NONE`] when subtree skips are off, for tests).
+    /// [`runs_through_calls`] (all [`Run::NONE`] when subtree skips are off, for tests).
     runs: Vec<Run>,
-}
-
-#[inline]
-fn set_bit(out: &mut [u32], t: TokenId) {
-    out[t as usize / 32] |= 1 << (t % 32);
 }
 
 impl Index {
@@ -683,11 +695,6 @@ impl Index {
         let mut accepted = vec![0u32; self.words];
         let mut exits = Vec::new();
         let mut walker = Walker::new(trie.max_depth());
-        let or = |acc: &mut [u32], m: &StateMasks| {
-            for (o, a) in acc.iter_mut().zip(m.accepted.iter()) {
-                *o |= *a;
-            }
-        };
         let lone = |walker: &mut Walker, state: u32| {
             walker.temp.clear();
             Frames {
@@ -711,7 +718,7 @@ impl Index {
                 None => self.state_masks(start)?,
                 Some(n) => self.masks_below(start, n)?,
             };
-            or(&mut accepted, &m);
+            or_words(&mut accepted, &m.accepted);
             for &n in m.exits.iter() {
                 let head = lone(&mut walker, ret);
                 walker
@@ -762,7 +769,7 @@ impl Index {
                         }
                         if next - i > SHARED_SUBTREE {
                             let m = self.masks_below(n, i)?;
-                            or(&mut accepted, &m);
+                            or_words(&mut accepted, &m.accepted);
                             exits.extend_from_slice(&m.exits);
                         } else if i + 1 < next {
                             let head = lone(&mut walker, n);
@@ -861,9 +868,7 @@ impl Index {
                 // One unit per 64 mask words ORed.
                 work.tick(self.words as u64 / 64 + 1)?;
                 seen_states.push(s);
-                for (o, a) in out.iter_mut().zip(m.accepted.iter()) {
-                    *o |= *a;
-                }
+                or_words(out, &m.accepted);
             }
             masks.push(m);
         }
@@ -902,34 +907,29 @@ impl Index {
         // Every block count has its own parent state but the same run, so the covered exits'
         // tokens are one set per (state, run): ~150 us of marking at each step before.
         let run = self.runs[parse.frames[parent as usize].state as usize];
-        let split;
-        let rest: &[u32] = if exits.len() > SPLIT_EXITS && run != Run::NONE {
+        let (split, few);
+        // An empty run covers nothing: an exit has children.
+        let rest: &[u32] = if run == Run::NONE {
+            exits
+        } else if exits.len() > SPLIT_EXITS {
             split = self.exit_split(s, run, exits);
             work.tick(self.words as u64 / 64 + 1)?;
-            for (o, c) in out.iter_mut().zip(split.covered.iter()) {
-                *o |= *c;
-            }
+            or_words(out, &split.covered);
             &split.rest
         } else {
-            exits
+            few = split_exits(trie, run, exits, out);
+            work.tick((exits.len() - few.len()) as u64)?;
+            &few
         };
         let mut walker = Walker::new(trie.max_depth());
         for &n in rest {
-            let n = n as usize;
-            if run.covers(trie.below(n), trie.height(n)) {
-                work.tick(1)?;
-                for &t in trie.subtree_tokens(n) {
-                    set_bit(out, t);
-                }
-                continue;
-            }
             walker.temp.clear();
             walker.walk(
                 &self.grammar,
                 &self.runs,
                 trie,
                 &parse.frames,
-                Some(n),
+                Some(n as usize),
                 &[parent],
                 None,
                 out,
@@ -947,19 +947,8 @@ impl Index {
         if let Some(e) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return e.clone();
         }
-        let trie = self.vocab.trie();
         let mut covered = vec![0u32; self.words];
-        let mut rest = Vec::new();
-        for &n in exits {
-            let i = n as usize;
-            if run.covers(trie.below(i), trie.height(i)) {
-                for &t in trie.subtree_tokens(i) {
-                    set_bit(&mut covered, t);
-                }
-            } else {
-                rest.push(n);
-            }
-        }
+        let rest = split_exits(self.vocab.trie(), run, exits, &mut covered);
         let e = Arc::new(ExitSplit {
             covered: covered.into_boxed_slice(),
             rest: rest.into_boxed_slice(),
@@ -1184,7 +1173,7 @@ impl Walker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vocab::TokenKind;
+    use crate::vocab::{TokenId, TokenKind};
 
     /// Tokens glued from pieces that stress the subtree skips: loop bytes, bytes that end a
     /// loop (`"`, `\`, newline, `(`), 2-, 3- and 4-byte characters, split characters and

@@ -8,6 +8,7 @@
 use super::{TokenId, TokenKind};
 use crate::error::{Error, Result};
 use crate::limits::RUN_TOKENS_CACHE_BYTES;
+use crate::mask::set_bit;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -508,7 +509,6 @@ impl Trie {
             return set.clone();
         }
         let mut set = vec![0u32; words];
-        let mut mark = |t: TokenId| set[t as usize / 32] |= 1 << (t % 32);
         if run.groups != 0 {
             let mut chars = vec![0u16; self.max_depth + 1];
             let end = self.nodes.len() - 1;
@@ -523,7 +523,7 @@ impl Trie {
                     self.tokens(i)
                         .iter()
                         .chain(self.subtree_tokens(i))
-                        .for_each(|&t| mark(t));
+                        .for_each(|&t| set_bit(&mut set, t));
                     i = node.next as usize;
                 } else {
                     chars[depth] = c;
