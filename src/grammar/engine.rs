@@ -513,13 +513,14 @@ fn groups(set: &BitSet256) -> u64 {
     out
 }
 
-/// The [`Run`] of every rule-DFA state (within its rule: a call or a return ends a run).
-fn state_runs(g: &Grammar) -> Vec<Run> {
+/// The [`Run`] of every rule-DFA state (within its rule: a return ends a run, and a call
+/// ends it unless `seeds` gives the calling state a run, which then stays); `memo` keeps
+/// the states' successors for the next call.
+fn state_runs(g: &Grammar, seeds: &[Option<Run>], memo: &mut RunMemo) -> Vec<Run> {
     let next =
         |s: u32, b: u8| g.trans[s as usize * g.stride + usize::from(g.classes[usize::from(b)])];
-    let runs: Vec<std::cell::Cell<Option<Run>>> = vec![Default::default(); g.state_count()];
-    // A state some earlier chain passed through comes straight back.
-    let mut memo = RunMemo::default();
+    let runs: Vec<std::cell::Cell<Option<Run>>> =
+        seeds.iter().map(|&r| std::cell::Cell::new(r)).collect();
     for t in 0..g.state_count() as u32 {
         Trie::run(
             t,
@@ -532,33 +533,102 @@ fn state_runs(g: &Grammar) -> Vec<Run> {
                 let cell = &runs[s as usize];
                 cell.set(Some(cell.get().unwrap_or(r)));
             },
-            &mut memo,
+            memo,
         );
     }
     runs.iter().map(|r| r.get().unwrap_or(Run::NONE)).collect()
 }
 
-/// `own` ([`state_runs`]), each state's run replaced by the run of a rule it calls when
-/// that takes every string the own run takes, and more: a frame may enter the call instead
-/// of moving, and a string the callee's start absorbs keeps the callee's frame alive
-/// without returning. The state between two blocks of a counted string (`block{0,62}`, 16
-/// characters a block) only calls the next block, so its own run is empty; with the
-/// block's, the exits after a block are mostly taken whole (10,031 of 10,041 at one step of
-/// a `maxLength: 1024` string) instead of walked with the real stack.
+/// [`state_runs`] through calls: a state that takes a callee's run ([`runs_through_calls`])
+/// seeds the runs of the states before it in its rule, and those reach its callers' calls in
+/// turn, a few rounds deep. A counted string written as a chain of rules (`upto5 ::=
+/// char{0,15} | char{16} upto4`) has one state per character, each calling the next rule
+/// 16 characters on: within its rule alone a position's run ends at that call, so its first
+/// mask walked every token longer than the characters left in the rule with the real
+/// frames (a `maxLength: 255` string's cold masks ~2 ms each, ~40 us with the whole run).
+fn grammar_runs(g: &Grammar) -> Vec<Run> {
+    /// Each round reaches one rule further: 4 rules of 16 characters pass most tokens'
+    /// length.
+    const ROUNDS: usize = 4;
+    let mut memo = RunMemo::default();
+    let mut seeds: Vec<Option<Run>> = vec![None; g.state_count()];
+    let mut through = Vec::new();
+    for _ in 0..ROUNDS {
+        let own = state_runs(g, &seeds, &mut memo);
+        through = runs_through_calls(g, own.clone());
+        let mut changed = false;
+        for (s, (&t, &o)) in through.iter().zip(&own).enumerate() {
+            if t != o {
+                seeds[s] = Some(t);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    through
+}
+
+/// `own` ([`state_runs`]), each state's run replaced by a longer one that a call gives it,
+/// when that takes every string the own run takes, and more:
+/// - the run of the callee's start: a frame may enter the call instead of moving, and a
+///   string the callee's start absorbs keeps the callee's frame alive without returning. The
+///   state between two blocks of a counted string (`block{0,62}`, 16 characters a block)
+///   only calls the next block, so its own run is empty; with the block's, the exits after
+///   a block are mostly taken whole (10,031 of 10,041 at one step of a `maxLength: 1024`
+///   string) instead of walked with the real stack;
+/// - one character more than the return state's run, for the characters after which the
+///   callee can complete: a string character kept as a rule (`char{0,255}`, when inlining it
+///   passed the automaton limit) is a call per character, and each position's run is then
+///   the rest of the string instead of one character.
 fn runs_through_calls(g: &Grammar, own: Vec<Run>) -> Vec<Run> {
     let mut runs = own;
-    // A chain of calls into calls (a block of blocks) is followed this many levels.
-    for _ in 0..4 {
+    let next =
+        |s: u32, b: u8| g.trans[s as usize * g.stride + usize::from(g.classes[usize::from(b)])];
+    // Per rule, the groups of the characters after which a call of it can complete.
+    let mut one_char: Vec<Option<u64>> = vec![None; g.call_start.len()];
+    // A chain of calls into calls (a block of blocks), or of one-character calls (ordered
+    // like the characters, hence the reverse order), is followed this many passes.
+    for _ in 0..8 {
         let mut changed = false;
-        for s in 0..runs.len() {
+        for s in (0..runs.len()).rev() {
             let (a, z) = (g.call_off[s] as usize, g.call_off[s + 1] as usize);
-            for &(callee, _) in &g.call_edges[a..z] {
-                let (r, mine) = (runs[g.call_start[callee as usize] as usize], runs[s]);
-                // Only a run that takes all the state's own does: the other could take
-                // fewer subtrees elsewhere.
-                if r != mine && r.groups & mine.groups == mine.groups && r.len >= mine.len {
-                    runs[s] = r;
-                    changed = true;
+            for &(callee, ret) in &g.call_edges[a..z] {
+                let start = g.call_start[callee as usize];
+                let chars = *one_char[callee as usize].get_or_insert_with(|| {
+                    Trie::groups_to(
+                        start,
+                        NONE,
+                        next,
+                        |b| g.classes[usize::from(b)],
+                        |n| g.accepting[n as usize],
+                    )
+                });
+                let after = runs[ret as usize];
+                let then_ret = match chars {
+                    0 => Run::NONE,
+                    _ if after.groups & chars == chars && after.len > 0 => Run {
+                        groups: chars,
+                        len: if after.len == Run::UNBOUNDED {
+                            Run::UNBOUNDED
+                        } else {
+                            (after.len + 1).min(Run::UNBOUNDED - 1)
+                        },
+                    },
+                    _ => Run {
+                        groups: chars,
+                        len: 1,
+                    },
+                };
+                for r in [runs[start as usize], then_ret] {
+                    let mine = runs[s];
+                    // Only a run that takes all the state's own does: the other could take
+                    // fewer subtrees elsewhere.
+                    if r != mine && r.groups & mine.groups == mine.groups && r.len >= mine.len {
+                        runs[s] = r;
+                        changed = true;
+                    }
                 }
             }
         }
@@ -586,7 +656,7 @@ pub(crate) struct Index {
     /// The exits of a state split by the run of the frame below, by (state, run).
     exit_splits: Mutex<HashMap<(u32, Run), Arc<ExitSplit>>>,
     cached_bytes: AtomicUsize,
-    /// [`runs_through_calls`] (all [`Run::NONE`] when subtree skips are off, for tests).
+    /// [`grammar_runs`] (all [`Run::NONE`] when subtree skips are off, for tests).
     runs: Vec<Run>,
 }
 
@@ -596,7 +666,7 @@ impl Index {
             .map(|_| OnceLock::new())
             .collect();
         let words = crate::mask::words_for(vocab.len());
-        let runs = runs_through_calls(&grammar, state_runs(&grammar));
+        let runs = grammar_runs(&grammar);
         Index {
             runs,
             grammar,
@@ -728,6 +798,7 @@ impl Index {
                         trie,
                         &[],
                         Some(n as usize),
+                        None,
                         &[head],
                         None,
                         &mut accepted,
@@ -747,6 +818,7 @@ impl Index {
                         trie,
                         &[],
                         Some(n),
+                        None,
                         &[head],
                         Some(s),
                         &mut accepted,
@@ -756,18 +828,28 @@ impl Index {
                     .map_err(oow)?;
             }
             None => {
+                // The tokens of `s`'s run come as one shared set (a counted string's ~45k
+                // of 49k, ~50 us to mark one by one at each of its positions), and the
+                // walks leave them out.
+                let from = trie.normalized(self.runs[s as usize]);
+                if from != Run::NONE {
+                    or_words(&mut accepted, &trie.run_tokens(from, self.words));
+                }
                 // The first bytes that move within the rule, each with its subtree.
                 let mut i = 0;
                 while i < trie.node_len() {
                     let (byte, _, next) = trie.node(i);
                     let c = usize::from(g.classes[usize::from(byte)]);
                     let n = g.trans[s as usize * g.stride + c];
-                    if n != NONE {
+                    let on_path = from.path_chars(0, byte);
+                    if n != NONE && !from.covers_from(on_path, trie.below(i), trie.height(i)) {
                         work.tick(1).map_err(oow)?;
                         for &t in trie.tokens(i) {
                             set_bit(&mut accepted, t);
                         }
-                        if next - i > SHARED_SUBTREE {
+                        // A subtree walked for `n` alone is shared by every state that
+                        // moves to `n` on that byte, so it cannot leave out `s`'s run.
+                        if next - i > SHARED_SUBTREE && from == Run::NONE {
                             let m = self.masks_below(n, i)?;
                             or_words(&mut accepted, &m.accepted);
                             exits.extend_from_slice(&m.exits);
@@ -780,6 +862,7 @@ impl Index {
                                     trie,
                                     &[],
                                     Some(i),
+                                    Some((from, on_path)),
                                     &[head],
                                     None,
                                     &mut accepted,
@@ -930,6 +1013,7 @@ impl Index {
                 trie,
                 &parse.frames,
                 Some(n as usize),
+                None,
                 &[parent],
                 None,
                 out,
@@ -968,6 +1052,8 @@ impl Index {
 struct Walker {
     tops: Vec<u32>,
     at: Vec<usize>,
+    /// Per depth, the characters on the `from` run's path ([`Run::path_chars`]).
+    chars: Vec<u16>,
     levels: Vec<Level>,
     pool: Vec<u32>,
     temp: Vec<Frame>,
@@ -978,6 +1064,7 @@ impl Walker {
         Walker {
             tops: vec![NONE; max_depth + 1],
             at: vec![0; max_depth + 1],
+            chars: vec![Run::OFF_PATH; max_depth + 1],
             levels: Vec::new(),
             pool: Vec::new(),
             temp: Vec::new(),
@@ -992,6 +1079,10 @@ impl Walker {
     /// walk records in `list` the nodes after which a head can return to the unknown caller
     /// (`CTX`) and some child byte is in `follow`: `root` itself included.
     ///
+    /// With `from = Some((run, chars))`, the caller has marked [`Trie::run_tokens`]`(run)`
+    /// and `chars` are the characters of `root`'s path on the run's: the subtrees that set
+    /// holds are left out without marking their tokens.
+    ///
     /// Most of a walk is inside one rule's loop (an identifier, a string) with every head at
     /// the same state: such a level is kept factored, and a byte that neither enters a call
     /// nor completes the rule costs a table lookup and two stores, as in a DFA (~3 ns).
@@ -1003,6 +1094,7 @@ impl Walker {
         trie: &Trie,
         base: &[Frame],
         root: Option<usize>,
+        from: Option<(Run, u16)>,
         heads: &[u32],
         only_direct: Option<u32>,
         out: &mut [u32],
@@ -1014,12 +1106,14 @@ impl Walker {
             temp: &mut self.temp,
             seen: HashSet::new(),
         };
-        let (pool, levels, tops, at) = (
+        let (pool, levels, tops, at, chars) = (
             &mut self.pool,
             &mut self.levels,
             &mut self.tops,
             &mut self.at,
+            &mut self.chars,
         );
+        let (from, from_chars) = from.unwrap_or((Run::NONE, Run::OFF_PATH));
         pool.clear();
         pool.extend_from_slice(heads);
         levels.clear();
@@ -1034,6 +1128,7 @@ impl Walker {
         levels.push(lv);
         tops[d0] = top;
         at[d0] = 0;
+        chars[d0] = from_chars;
         let acc = |lv: &Level, top: u32| {
             if top == NONE {
                 lv.pacc
@@ -1050,16 +1145,35 @@ impl Walker {
         // of string and identifier loops then visit a few percent of the nodes (json's worst
         // cold mask 5.3 -> ~1 ms), and counted stretches (`[^"]{0,40}`) most of theirs.
         let follow_groups = exits.as_ref().map_or(0, |(follow, _)| groups(follow));
+        // A frame that can complete takes the run of the frame below too: popped, that one
+        // absorbs the string. A string character kept as a rule is a completed frame after
+        // every character, whose own run is nothing; below it is the rest of the string.
+        let frame_covers = |fr: &Frames, state: u32, parent: u32, sub: u64, height: u8| {
+            runs[state as usize].covers(sub, height)
+                || (g.accepting[state as usize]
+                    && parent < CTX
+                    && runs[fr.get(parent).state as usize].covers(sub, height))
+        };
         let skip = |fr: &Frames, lv: &Level, t: u32, pool: &[u32], node: usize| -> bool {
             let (sub, height) = (trie.below(node), trie.height(node));
-            if t != NONE {
-                return runs[t as usize].covers(sub, height);
+            if t != NONE && runs[t as usize].covers(sub, height) {
+                return true;
             }
             let heads = &pool[lv.start..lv.end];
-            heads.len() <= 8
-                && heads
-                    .iter()
-                    .any(|&h| runs[fr.get(h).state as usize].covers(sub, height))
+            if heads.len() > 8 {
+                return false;
+            }
+            if t != NONE {
+                // Factored: the heads are `t` over each of `heads`.
+                return g.accepting[t as usize]
+                    && heads
+                        .iter()
+                        .any(|&p| p < CTX && runs[fr.get(p).state as usize].covers(sub, height));
+            }
+            heads.iter().any(|&h| {
+                let f = fr.get(h);
+                frame_covers(fr, f.state, f.parent, sub, height)
+            })
         };
         let take = |i: usize, out: &mut [u32]| {
             #[cfg(test)]
@@ -1077,6 +1191,14 @@ impl Walker {
         }
         while i < end {
             let (byte, d, next) = trie.node(i);
+            // In the caller's run set: nothing to mark, and no exit below it matters (each
+            // exit is only walked to mark tokens of its subtree).
+            let c = from.path_chars(chars[d - 1], byte);
+            if from.covers_from(c, trie.below(i), trie.height(i)) {
+                i = next;
+                continue;
+            }
+            chars[d] = c;
             let li = at[d - 1];
             let t = tops[d - 1];
             let c = usize::from(g.classes[usize::from(byte)]);
@@ -1341,6 +1463,15 @@ mod tests {
         .unwrap()
         .gbnf();
         check(&seventy, &[&format!("\"{}\"", "ab zé".repeat(14))]);
+        // A string character kept as a rule (recursive here, so never inlined), as when
+        // inlining it passes the automaton limit: a call per character, each position's run
+        // the characters left (one-character calls), and a completed character frame takes
+        // the run of the position below it.
+        check(
+            "root ::= \"\\\"\" str \"\\\"\" \",\"?\nstr ::= ch{0,30} | \"{\" str \"}\"\nch ::= [a-zé ] | \"(\" ch* \")\"",
+            // 30 characters: the last positions' runs are as short as the string's end.
+            &[&format!("\"ab zé(a(b)) {}\",", "z".repeat(23)), "\"{a}\""],
+        );
     }
 }
 

@@ -801,6 +801,50 @@ fn nfa_node(b: &mut Builder, n: &Node) -> Result<Frag, Box<thompson::BuildError>
 /// copy's states again. Shorter texts stay inline, where they cost less than a rule call.
 const GBNF_SHARED_MIN_BYTES: usize = 48;
 
+/// A subexpression that occurs more than once is also a rule when its text, with every
+/// counted repetition written out, is at least this long: `"\"" char{0,25} "\""` is 26
+/// bytes of GBNF but 25 copies of a JSON string character (~15 DFA states each) wherever it
+/// is inlined. Nine such strings in one object took the grammar past the automaton limit
+/// with the character inlined, so it compiled with a call per character, and each string
+/// position's first mask cost ~12 ms (Github_medium o43971); as one rule per length, the
+/// character stays inlined and each position is walked once for every property of that
+/// length.
+const GBNF_SHARED_EXPANDED_BYTES: usize = 256;
+
+/// The GBNF text length of `n` with its counted repetitions written out (an estimate, for
+/// [`GBNF_SHARED_EXPANDED_BYTES`]); stops counting past `cap`.
+fn expanded_len(n: &Node, cap: usize) -> usize {
+    let sum = |items: &mut dyn Iterator<Item = &Node>| {
+        let mut total = 0usize;
+        for i in items {
+            total = total.saturating_add(expanded_len(i, cap));
+            if total >= cap {
+                break;
+            }
+        }
+        total
+    };
+    match n {
+        Node::Empty | Node::Nothing => 2,
+        Node::Lit(s) => s.len() + 2,
+        Node::Class(r) => 2 + 8 * r.len(),
+        Node::Concat(items) | Node::Alt(items) => sum(&mut items.iter()),
+        Node::Repeat(item, min, max) => {
+            let copies = max.unwrap_or(*min).max(*min).max(1) as usize;
+            expanded_len(item, cap).saturating_mul(copies).min(cap)
+        }
+        Node::Seq { items, sep, .. } => {
+            sum(&mut items.iter().map(|(i, _)| i).chain(std::iter::once(&**sep)))
+        }
+        Node::List { item, sep, max, .. } => {
+            let copies = max.unwrap_or(1).max(1) as usize;
+            sum(&mut [&**item, &**sep].into_iter())
+                .saturating_mul(copies)
+                .min(cap)
+        }
+    }
+}
+
 /// A counted repetition with a larger upper bound is written as nested blocks of
 /// [`GBNF_BLOCK`] repetitions ([`Gbnf::repeat`]), so no rule holds more than this many copies
 /// of its item: `maxLength: 32767` becomes four levels of blocks instead of 32,767 copies of
@@ -887,13 +931,16 @@ impl<'a> Gbnf<'a> {
     }
 
     /// `n`'s expression; a subtree that occurs more than once with a long text becomes a
-    /// rule ([`GBNF_SHARED_MIN_BYTES`]), written once.
+    /// rule ([`GBNF_SHARED_MIN_BYTES`], [`GBNF_SHARED_EXPANDED_BYTES`]), written once.
     fn expr(&mut self, n: &'a Node) -> String {
         if let Some(e) = self.shared.get(n) {
             return e.clone();
         }
         let e = self.render(n);
-        if self.counts.get(n).is_some_and(|&c| c > 1) && e.len() >= GBNF_SHARED_MIN_BYTES {
+        if self.counts.get(n).is_some_and(|&c| c > 1)
+            && (e.len() >= GBNF_SHARED_MIN_BYTES
+                || expanded_len(n, GBNF_SHARED_EXPANDED_BYTES) >= GBNF_SHARED_EXPANDED_BYTES)
+        {
             let name = self.rule("shared", e);
             self.shared.insert(n, name.clone());
             return name;

@@ -90,7 +90,7 @@ impl Run {
     /// continuation bytes count nothing: a subtree is only taken where [`Trie::below`] says
     /// the whole path is UTF-8.
     #[inline(always)]
-    fn path_chars(self, chars: u16, b: u8) -> u16 {
+    pub(crate) fn path_chars(self, chars: u16, b: u8) -> u16 {
         if chars == Self::OFF_PATH || (0x80..=0xbf).contains(&b) {
             return chars;
         }
@@ -107,14 +107,14 @@ impl Run {
     /// Whether every token of a subtree at a node reached with `chars` characters on this
     /// run's path (see [`Run::path_chars`]) keeps a state with this run alive.
     #[inline(always)]
-    fn covers_from(self, chars: u16, below: u64, height: u8) -> bool {
+    pub(crate) fn covers_from(self, chars: u16, below: u64, height: u8) -> bool {
         chars != Self::OFF_PATH
             && below & self.groups == below
             && (self.len == Self::UNBOUNDED || chars + u16::from(height) <= u16::from(self.len))
     }
 
     /// [`Run::path_chars`] of a path that left the run's groups.
-    const OFF_PATH: u16 = u16::MAX;
+    pub(crate) const OFF_PATH: u16 = u16::MAX;
 }
 
 /// Where the characters of one automaton state lead, by [`Trie::byte_group`].
@@ -482,7 +482,7 @@ impl Trie {
 
     /// `run` with a count no token can reach made a loop, so that runs differing only there
     /// share one [`Trie::run_tokens`] set.
-    fn normalized(&self, run: Run) -> Run {
+    pub(crate) fn normalized(&self, run: Run) -> Run {
         if run.len >= self.max_chars && self.max_chars < Run::UNBOUNDED {
             Run {
                 groups: run.groups,
@@ -732,6 +732,24 @@ impl Trie {
     }
 
     /// Per character group, where the characters of `t` lead; see [`GroupSuccessors`].
+    /// The groups whose every character (its whole UTF-8 sequence) takes automaton state
+    /// `t` to a state where `done` holds (see [`Trie::run`] for `next`, `dead`, `class`).
+    pub(crate) fn groups_to(
+        t: u32,
+        dead: u32,
+        next: impl Fn(u32, u8) -> u32,
+        class: impl Fn(u8) -> u8,
+        done: impl Fn(u32) -> bool,
+    ) -> u64 {
+        let succ = Self::successors(t, dead, &next, &class);
+        let not_done = succ
+            .pairs
+            .iter()
+            .filter(|&&(_, n)| !done(n))
+            .fold(0u64, |a, &(g, _)| a | 1 << g);
+        succ.live & !not_done
+    }
+
     fn successors(
         t: u32,
         dead: u32,
