@@ -517,15 +517,13 @@ fn groups(set: &BitSet256) -> u64 {
 /// ends it unless `seeds` gives the calling state a run, which then stays); `memo` keeps
 /// the states' successors for the next call.
 fn state_runs(g: &Grammar, seeds: &[Option<Run>], memo: &mut RunMemo) -> Vec<Run> {
-    let next =
-        |s: u32, b: u8| g.trans[s as usize * g.stride + usize::from(g.classes[usize::from(b)])];
     let runs: Vec<std::cell::Cell<Option<Run>>> =
         seeds.iter().map(|&r| std::cell::Cell::new(r)).collect();
     for t in 0..g.state_count() as u32 {
         Trie::run(
             t,
             NONE,
-            next,
+            |s, b| g.next_in_rule(s, b),
             |b| g.classes[usize::from(b)],
             |s| runs[s as usize].get(),
             // The first run stored for a state stays (any is right).
@@ -584,8 +582,6 @@ fn grammar_runs(g: &Grammar) -> Vec<Run> {
 ///   the rest of the string instead of one character.
 fn runs_through_calls(g: &Grammar, own: Vec<Run>) -> Vec<Run> {
     let mut runs = own;
-    let next =
-        |s: u32, b: u8| g.trans[s as usize * g.stride + usize::from(g.classes[usize::from(b)])];
     // Per rule, the groups of the characters after which a call of it can complete.
     let mut one_char: Vec<Option<u64>> = vec![None; g.call_start.len()];
     // A chain of calls into calls (a block of blocks), or of one-character calls (ordered
@@ -600,26 +596,14 @@ fn runs_through_calls(g: &Grammar, own: Vec<Run>) -> Vec<Run> {
                     Trie::groups_to(
                         start,
                         NONE,
-                        next,
+                        |s, b| g.next_in_rule(s, b),
                         |b| g.classes[usize::from(b)],
                         |n| g.accepting[n as usize],
                     )
                 });
-                let after = runs[ret as usize];
                 let then_ret = match chars {
                     0 => Run::NONE,
-                    _ if after.groups & chars == chars && after.len > 0 => Run {
-                        groups: chars,
-                        len: if after.len == Run::UNBOUNDED {
-                            Run::UNBOUNDED
-                        } else {
-                            (after.len + 1).min(Run::UNBOUNDED - 1)
-                        },
-                    },
-                    _ => Run {
-                        groups: chars,
-                        len: 1,
-                    },
+                    _ => runs[ret as usize].after_one(chars),
                 };
                 for r in [runs[start as usize], then_ret] {
                     let mine = runs[s];
@@ -1160,20 +1144,17 @@ impl Walker {
                 return true;
             }
             let heads = &pool[lv.start..lv.end];
-            if heads.len() > 8 {
-                return false;
-            }
-            if t != NONE {
-                // Factored: the heads are `t` over each of `heads`.
-                return g.accepting[t as usize]
-                    && heads
-                        .iter()
-                        .any(|&p| p < CTX && runs[fr.get(p).state as usize].covers(sub, height));
-            }
-            heads.iter().any(|&h| {
-                let f = fr.get(h);
-                frame_covers(fr, f.state, f.parent, sub, height)
-            })
+            // Factored: the heads are `t` over each of `heads`.
+            heads.len() <= 8
+                && heads.iter().any(|&h| {
+                    let (state, parent) = if t != NONE {
+                        (t, h)
+                    } else {
+                        let f = fr.get(h);
+                        (f.state, f.parent)
+                    };
+                    frame_covers(fr, state, parent, sub, height)
+                })
         };
         let take = |i: usize, out: &mut [u32]| {
             #[cfg(test)]

@@ -287,6 +287,12 @@ impl Grammar {
         matches!(parse.advance(self, bytes, &mut work), Ok(true)) && parse.is_accepting()
     }
 
+    /// The state after byte `b` within `s`'s rule, or [`NONE`].
+    #[inline]
+    pub(crate) fn next_in_rule(&self, s: u32, b: u8) -> u32 {
+        self.trans[s as usize * self.stride + usize::from(self.classes[usize::from(b)])]
+    }
+
     /// The (top, pushes) expansions of calls from state `s` on byte `b`.
     #[inline]
     pub(crate) fn call_expansions(&self, s: u32, b: u8) -> &[(u32, u32, u32)] {

@@ -115,6 +115,23 @@ impl Run {
 
     /// [`Run::path_chars`] of a path that left the run's groups.
     pub(crate) const OFF_PATH: u16 = u16::MAX;
+
+    /// The run of a state that takes one character of `groups` to where this run is: one
+    /// character longer, or 1 when `groups` has a group this run does not.
+    pub(crate) fn after_one(self, groups: u64) -> Run {
+        if self.groups & groups == groups {
+            Run {
+                groups,
+                len: if self.len == Self::UNBOUNDED {
+                    Self::UNBOUNDED
+                } else {
+                    (self.len + 1).min(Self::UNBOUNDED - 1)
+                },
+            }
+        } else {
+            Run { groups, len: 1 }
+        }
+    }
 }
 
 /// Where the characters of one automaton state lead, by [`Trie::byte_group`].
@@ -611,29 +628,15 @@ impl Trie {
             }
             s = succ;
         };
-        // One state longer than its successor's run, or 1 when it takes a group the
-        // successor does not.
-        let before = |tail: Run, groups: u64| {
-            if tail.groups & groups == groups {
-                Run {
-                    groups,
-                    len: if tail.len == Run::UNBOUNDED {
-                        Run::UNBOUNDED
-                    } else {
-                        (tail.len + 1).min(Run::UNBOUNDED - 1)
-                    },
-                }
-            } else {
-                Run { groups, len: 1 }
-            }
-        };
         // `chain[0]` is `t` (an empty chain: `t` loops on its groups or has none).
         while chain.len() > 1 {
             let (c, groups) = chain.pop().expect("more than one state");
-            tail = before(tail, groups);
+            tail = tail.after_one(groups);
             store(c, tail);
         }
-        let own = chain.pop().map_or(tail, |(_, groups)| before(tail, groups));
+        let own = chain
+            .pop()
+            .map_or(tail, |(_, groups)| tail.after_one(groups));
         let r = Self::better_by_loop(t, own, &mut succs, &mut store, &mut memo.crowded);
         store(t, r);
         r
@@ -731,7 +734,6 @@ impl Trie {
         Err(Vec::new())
     }
 
-    /// Per character group, where the characters of `t` lead; see [`GroupSuccessors`].
     /// The groups whose every character (its whole UTF-8 sequence) takes automaton state
     /// `t` to a state where `done` holds (see [`Trie::run`] for `next`, `dead`, `class`).
     pub(crate) fn groups_to(
@@ -750,6 +752,7 @@ impl Trie {
         succ.live & !not_done
     }
 
+    /// Per character group, where the characters of `t` lead; see [`GroupSuccessors`].
     fn successors(
         t: u32,
         dead: u32,
