@@ -14,12 +14,14 @@ pub const MAX_REGEX_BYTES: usize = 4096;
 /// Longest `guided_grammar` text accepted, in bytes (spec: 16 KiB).
 pub const MAX_GRAMMAR_BYTES: usize = 16 * 1024;
 
-/// Largest count in a `guided_grammar` repetition `{m}`, `{m,}` or `{m,n}`.
+/// Largest count in a `guided_grammar` repetition `{m}`, `{m,}` or `{m,n}` of an item that
+/// can match the empty string.
 ///
-/// A counted repetition is expanded into copies of its item, so `x{0,100000}` would build a
-/// hundred thousand copies; counts past this are refused while parsing (llama.cpp's own
-/// threshold is 2000). Nested counts multiply and are caught by
-/// [`GRAMMAR_AUTOMATON_BYTES`].
+/// Such a repetition is expanded into copies of its item, so `(x?){0,100000}` would build a
+/// hundred thousand copies; counts past this are refused (llama.cpp's own threshold is
+/// 2000). Nested counts multiply and are caught by [`GRAMMAR_AUTOMATON_BYTES`]. A count past
+/// 256 of an item that cannot be empty is a counter instead, whatever the count (up to
+/// `u32::MAX`): a few states and a number in its stack frame.
 pub const MAX_GRAMMAR_REPETITION: u32 = 1000;
 
 /// Memory the compiled automaton of a `guided_grammar` may use, in bytes (NFA while building,

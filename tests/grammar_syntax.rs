@@ -5,6 +5,10 @@ use poot::constraint::Spec;
 use poot::grammar::Grammar;
 use serde_json::json;
 
+#[path = "common/mod.rs"]
+mod common;
+use common::Rng;
+
 fn g(text: &str) -> Grammar {
     Grammar::new(text).unwrap_or_else(|e| panic!("{text}: {e}"))
 }
@@ -273,17 +277,18 @@ fn error_positions_count_lines_and_characters() {
 
 #[test]
 fn repetition_counts_are_bounded() {
-    let e = Grammar::new("root ::= \"x\"{0,100000}").unwrap_err();
+    // Past 1000, a count of an item that can be empty would be expanded: refused.
+    let e = Grammar::new("root ::= (\"x\"?){0,100000}").unwrap_err();
     assert!(e.is_limit_exceeded());
     assert_eq!(
         e.to_string(),
-        "guided_grammar line 1, column 13: repetition count 100000 is over the limit of 1000 (in `root ::= \"x\"{0,100000}`)"
+        "guided_grammar line 1, column 1: rule `root`: repetition count 100000 is over the limit of 1000 for an item that can match the empty string (in `root ::= (\"x\"?){0,100000}`)"
     );
     assert!(Grammar::new("root ::= \"x\"{99999999999999999999}")
         .unwrap_err()
         .is_limit_exceeded());
-    // Nested counts multiply; the automaton bound stops them.
-    let e = Grammar::new("root ::= ((\"ab\" | \"cd\"){1000}){1000}").unwrap_err();
+    // Nested expanded counts multiply; the automaton bound stops them.
+    let e = Grammar::new("root ::= (((\"ab\" | \"cd\")?){1000}){1000}").unwrap_err();
     assert!(e.is_limit_exceeded());
     assert!(
         e.to_string().starts_with(
@@ -291,6 +296,71 @@ fn repetition_counts_are_bounded() {
         ),
         "{e}"
     );
+}
+
+/// Counts past 256 of an item that cannot be empty are counters, which cost the same
+/// whatever the count: a million items of a million items compiles.
+#[test]
+fn long_counts_of_non_empty_items_are_counters() {
+    let huge = g("root ::= (\"ab\" | \"cd\"){1000000}");
+    assert!(huge.state_count() < 200, "{huge:?}");
+    assert!(huge.matches("ab".repeat(1_000_000).as_bytes()));
+    assert!(!huge.matches("cd".repeat(999_999).as_bytes()));
+    let nested = g("root ::= ((\"ab\" | \"cd\"){1000}){1000}");
+    assert!(nested.matches("cdab".repeat(500_000).as_bytes()));
+    assert!(!nested.matches("cdab".repeat(499_999).as_bytes()));
+}
+
+/// Counters against the `regex` crate on strings at and around every phase boundary: far
+/// from both ends, the last 64 counts before `min` and `max`, and the ends themselves.
+#[test]
+fn counters_agree_with_the_regex_crate() {
+    let cases: &[(&str, &str, u32, Option<u32>)] = &[
+        ("(\"a\" | \"bc\" | [é-ë])", "(?:a|bc|[é-ë])", 300, Some(700)),
+        ("[a-z]", "[a-z]", 0, Some(257)),
+        ("[a-z]", "[a-z]", 270, Some(300)),
+        ("(\"x\" \"y\"?)", "(?:xy?)", 500, None),
+        ("[^\"]", "[^\"]", 64, Some(400)),
+    ];
+    let mut rng = Rng::new(7);
+    for &(item, re_item, min, max) in cases {
+        let count = |m: u32, x: Option<u32>| match x {
+            Some(x) => format!("{{{m},{x}}}"),
+            None => format!("{{{m},}}"),
+        };
+        let text = format!("root ::= \"<\" {item}{} \">\"", count(min, max));
+        let grammar = g(&text);
+        let re = regex::Regex::new(&format!("^<{re_item}{}>$", count(min, max))).unwrap();
+        let top = max.unwrap_or(min + 200);
+        let mut lengths: Vec<u32> = vec![0, 1, min, top, top + 1];
+        for end in [min, top] {
+            lengths.extend(end.saturating_sub(70)..=end + 2);
+        }
+        lengths.extend((0..40).map(|_| rng.below(top as usize + 80) as u32));
+        let pieces = ["a", "bc", "é", "ë", "x", "xy", "z", "\""];
+        for n in lengths {
+            for _ in 0..3 {
+                let body: String = (0..n).map(|_| pieces[rng.below(pieces.len())]).collect();
+                let s = format!("<{body}>");
+                assert_eq!(
+                    grammar.matches(s.as_bytes()),
+                    re.is_match(&s),
+                    "{text}: {s:?}"
+                );
+                // A string the item accepts throughout, which the engine must count exactly.
+                let only = match re_item {
+                    "(?:xy?)" => "xy".repeat(n as usize),
+                    _ => "a".repeat(n as usize),
+                };
+                let s = format!("<{only}>");
+                assert_eq!(
+                    grammar.matches(s.as_bytes()),
+                    re.is_match(&s),
+                    "{text}: {n} items"
+                );
+            }
+        }
+    }
 }
 
 #[test]

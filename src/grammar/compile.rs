@@ -16,8 +16,8 @@
 //!    ([`Grammar::expansions`]), so stepping a frame by a byte never searches the grammar.
 
 use super::parse::{Ast, Expr};
-use super::{BitSet256, Expansion, Grammar, GrammarError, NONE, SLOW};
-use crate::limits::GRAMMAR_AUTOMATON_BYTES;
+use super::{BitSet256, Counter, Expansion, Grammar, GrammarError, COUNTER_HORIZON, NONE, SLOW};
+use crate::limits::{GRAMMAR_AUTOMATON_BYTES, MAX_GRAMMAR_REPETITION};
 use regex_syntax::utf8::Utf8Sequences;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -140,6 +140,20 @@ impl Nfa<'_> {
         }
     }
 
+    /// `item` once, or not at all when the count may be 0: the calls and nullability of a
+    /// counter's rule.
+    fn counter_stand_in(&mut self, c: &Counted, from: u32) -> Result<u32, TooBig> {
+        let mid = self.add()?;
+        self.charge(NFA_EDGE_BYTES)?;
+        self.states[from as usize].calls.push((c.item as u32, mid));
+        let to = self.add()?;
+        self.eps(mid, to)?;
+        if c.min == 0 {
+            self.eps(from, to)?;
+        }
+        Ok(to)
+    }
+
     /// One character from `ranges`, as UTF-8 byte sequences from `from` to a new end state.
     fn chars(&mut self, ranges: &[(char, char)], from: u32) -> Result<u32, TooBig> {
         let to = self.add()?;
@@ -209,6 +223,8 @@ fn too_big(rule: &str) -> GrammarError {
 
 /// Compiles a parsed grammar.
 pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
+    let (ast, counted) = with_counters(ast)?;
+    let ast = &ast;
     // Inlining copies a rule into every caller; when the copies are what passes the bound (a
     // schema's GBNF with a small rule used in hundreds of places, or blocks of blocks of a
     // counted string), inline only the smallest rules, then none. Keeping the smallest
@@ -222,14 +238,18 @@ pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
         Some((FALLBACK_INLINE_SIZE, true)),
         None,
     ] {
-        let inline = match bound {
+        let mut inline = match bound {
             Some((max_size, leaves_only)) => inlined_rules(ast, max_size, leaves_only),
             None => vec![false; ast.rules.len()],
         };
+        // A counter is its own frame: that frame holds the count.
+        for (i, c) in inline.iter_mut().zip(&counted) {
+            *i &= c.is_none();
+        }
         if tried.contains(&inline) {
             continue;
         }
-        let attempt = compile_with(ast, &inline);
+        let attempt = compile_with(ast, &inline, &counted);
         let retry = matches!(&attempt, Err(e) if e.limit) && inline.iter().any(|&i| i);
         result = Some(attempt);
         if !retry {
@@ -240,7 +260,11 @@ pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
     result.expect("the first attempt always runs")
 }
 
-fn compile_with(ast: &Ast, inline: &[bool]) -> Result<Grammar, GrammarError> {
+fn compile_with(
+    ast: &Ast,
+    inline: &[bool],
+    counted: &[Option<Counted>],
+) -> Result<Grammar, GrammarError> {
     let n_rules = ast.rules.len();
     let mut nfa = Nfa {
         states: Vec::new(),
@@ -250,9 +274,15 @@ fn compile_with(ast: &Ast, inline: &[bool]) -> Result<Grammar, GrammarError> {
     };
     let mut nstart = Vec::with_capacity(n_rules);
     let mut nend = Vec::with_capacity(n_rules);
-    for rule in &ast.rules {
+    for (rule, counted) in ast.rules.iter().zip(counted) {
         let s = nfa.add().map_err(|_| too_big(&rule.name))?;
-        let e = nfa.build(&rule.body, s).map_err(|_| too_big(&rule.name))?;
+        let e = match counted {
+            // Only for nullability and the calls before a first byte: the rule's DFA is
+            // the counter's phases, made below.
+            Some(c) => nfa.counter_stand_in(c, s),
+            None => nfa.build(&rule.body, s),
+        }
+        .map_err(|_| too_big(&rule.name))?;
         nstart.push(s);
         nend.push(e);
     }
@@ -301,8 +331,31 @@ fn compile_with(ast: &Ast, inline: &[bool]) -> Result<Grammar, GrammarError> {
         mark: Vec::new(),
         generation: 0,
     };
+    let mut counters = Vec::new();
     for r in 0..n_rules {
         let base = accepting.len() as u32;
+        if let Some(c) = &counted[r] {
+            let (counter, succ) = counter_phases(c, base);
+            for &next in &succ {
+                trans.extend(std::iter::repeat_n(NONE, stride));
+                accepting.push(false);
+                rule_of.push(r as u32);
+                calls.push(match next {
+                    NONE => Vec::new(),
+                    t => vec![(c.item as u32, t)],
+                });
+                used += stride * 4 + 24;
+            }
+            for (i, a) in accepting[base as usize..].iter_mut().enumerate() {
+                *a = counter.accepts(base + i as u32);
+            }
+            start.push(counter.phase(0));
+            counters.push(counter);
+            if used > GRAMMAR_AUTOMATON_BYTES {
+                return Err(too_big(&ast.rules[r].name));
+            }
+            continue;
+        }
         let mut ids: HashMap<Vec<u32>, u32> = HashMap::default();
         let mut sets: Vec<Vec<u32>> = Vec::new();
         let first = closure(&nfa, vec![nstart[r]], &nullable, &mut seen);
@@ -485,6 +538,13 @@ fn compile_with(ast: &Ast, inline: &[bool]) -> Result<Grammar, GrammarError> {
     let call_start: Vec<u32> = call_start.iter().map(|&s| remap(s)).collect();
     let entry = remap(entry);
     let n = accepting.len();
+    let mut counter_of = vec![NONE; n];
+    for (k, c) in counters.iter_mut().enumerate() {
+        for s in c.states_mut() {
+            *s = remap(*s);
+            counter_of[*s as usize] = k as u32;
+        }
+    }
 
     // Left recursion: a rule that can call itself before consuming a byte.
     check_left_recursion(ast, &call_start, &calls)?;
@@ -508,6 +568,8 @@ fn compile_with(ast: &Ast, inline: &[bool]) -> Result<Grammar, GrammarError> {
         follow: vec![BitSet256::default(); n_rules],
         call_start,
         entry,
+        counters,
+        counter_of,
     };
     let mut off = 0u32;
     for c in &calls {
@@ -655,6 +717,174 @@ fn minimize(
         }
         count = next_count;
     }
+}
+
+/// A repetition allowing more items than this (`max`, or `min` when unbounded) of an item
+/// that cannot be empty is a [`Counter`]: expanded, `maxLength: 8192` was 8,193 copies of a
+/// string character (nested blocks of 16 in a generated grammar), every count a new stack
+/// and a cold mask (~0.1-10 ms each); as a counter the counts past [`COUNTER_HORIZON`] from
+/// both ends share one state and its cached masks. At or below it, the expansion's inlined
+/// states are the faster ones (no frame per item).
+pub(crate) const COUNTER_FROM: u32 = 2 * COUNTER_HORIZON;
+
+/// A rule that [`with_counters`] made for a counted repetition: `item{min,max}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Counted {
+    item: usize,
+    min: u32,
+    max: Option<u32>,
+}
+
+/// `ast` with every repetition past [`COUNTER_FROM`] of an item that cannot be empty moved
+/// into a rule of its own (and its item into another, unless it is a rule reference), one
+/// [`Counted`] per such rule. A nullable item past [`MAX_GRAMMAR_REPETITION`] is refused: a
+/// count of empty items is not a count, and expanding it is what the limit bounds.
+fn with_counters(ast: &Ast) -> Result<(Ast, Vec<Option<Counted>>), GrammarError> {
+    let mut nullable = vec![false; ast.rules.len()];
+    loop {
+        let next: Vec<bool> = ast
+            .rules
+            .iter()
+            .map(|r| expr_nullable(&r.body, &nullable))
+            .collect();
+        if next == nullable {
+            break;
+        }
+        nullable = next;
+    }
+    let mut out = ast.clone();
+    let mut counted = vec![None; ast.rules.len()];
+    for r in 0..ast.rules.len() {
+        let mut body = std::mem::replace(&mut out.rules[r].body, Expr::Seq(Vec::new()));
+        rewrite_counts(&mut body, r, &mut out, &mut counted, &nullable)?;
+        out.rules[r].body = body;
+    }
+    Ok((out, counted))
+}
+
+fn rewrite_counts(
+    e: &mut Expr,
+    owner: usize,
+    ast: &mut Ast,
+    counted: &mut Vec<Option<Counted>>,
+    nullable: &[bool],
+) -> Result<(), GrammarError> {
+    match e {
+        Expr::Seq(v) | Expr::Alt(v) => {
+            for x in v {
+                rewrite_counts(x, owner, ast, counted, nullable)?;
+            }
+        }
+        Expr::Repeat { expr, min, max } => {
+            // Before the rewrite below, which adds rules `nullable` does not know.
+            let empty_item = expr_nullable(expr, nullable);
+            rewrite_counts(expr, owner, ast, counted, nullable)?;
+            let (min, max) = (*min, *max);
+            let most = max.unwrap_or(min);
+            if most <= COUNTER_FROM {
+                return Ok(());
+            }
+            let name = ast.rules[owner].name.clone();
+            let at = ast.rules[owner].at;
+            if empty_item {
+                if most <= MAX_GRAMMAR_REPETITION {
+                    return Ok(());
+                }
+                return Err(GrammarError::limit(
+                    at,
+                    format!(
+                        "rule `{name}`: repetition count {most} is over the limit of \
+                         {MAX_GRAMMAR_REPETITION} for an item that can match the empty string"
+                    ),
+                ));
+            }
+            let item = match **expr {
+                Expr::Ref(x) => x,
+                _ => {
+                    let body = std::mem::replace(&mut **expr, Expr::Seq(Vec::new()));
+                    add_rule(ast, counted, format!("{name}/item"), at, body)
+                }
+            };
+            let shown = format!(
+                "{name}/{{{min},{}}}",
+                max.map_or(String::new(), |m| m.to_string())
+            );
+            let c = add_rule(ast, counted, shown, at, Expr::Ref(item));
+            counted[c] = Some(Counted { item, min, max });
+            *e = Expr::Ref(c);
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn add_rule(
+    ast: &mut Ast,
+    counted: &mut Vec<Option<Counted>>,
+    name: String,
+    at: usize,
+    body: Expr,
+) -> usize {
+    ast.rules.push(super::parse::Rule { name, at, body });
+    counted.push(None);
+    ast.rules.len() - 1
+}
+
+/// Whether `e` matches the empty string, given which rules do.
+fn expr_nullable(e: &Expr, nullable: &[bool]) -> bool {
+    match e {
+        Expr::Literal(b) => b.is_empty(),
+        Expr::Class { .. } | Expr::Any => false,
+        Expr::Ref(r) => nullable[*r],
+        Expr::Seq(v) => v.iter().all(|x| expr_nullable(x, nullable)),
+        Expr::Alt(v) => v.iter().any(|x| expr_nullable(x, nullable)),
+        Expr::Repeat { expr, min, .. } => *min == 0 || expr_nullable(expr, nullable),
+    }
+}
+
+/// The phases of `c` numbered from `base`, and each one's successor after an item (the
+/// static step, see [`Counter`]; [`NONE`] for the last).
+fn counter_phases(c: &Counted, base: u32) -> (Counter, Vec<u32>) {
+    let far = COUNTER_HORIZON - 1;
+    let mut next_id = base;
+    let mut id = || {
+        next_id += 1;
+        next_id - 1
+    };
+    let lo_far = if c.min > far { id() } else { NONE };
+    let lo: Vec<u32> = (0..c.min.min(far)).map(|_| id()).collect();
+    let mid_far = match c.max {
+        Some(max) if max - c.min <= far => NONE,
+        _ => id(),
+    };
+    let end: Vec<u32> = match c.max {
+        Some(max) => (0..=(max - c.min).min(far)).map(|_| id()).collect(),
+        None => Vec::new(),
+    };
+    let counter = Counter {
+        min: c.min,
+        max: c.max,
+        lo_far,
+        lo,
+        mid_far,
+        end,
+    };
+    let mut succ = vec![NONE; (next_id - base) as usize];
+    let at_min = counter.phase(c.min);
+    let mut set = |s: u32, t: u32| succ[(s - base) as usize] = t;
+    if lo_far != NONE {
+        set(lo_far, counter.lo[far as usize - 1]);
+    }
+    for (r, &s) in counter.lo.iter().enumerate() {
+        set(s, if r == 0 { at_min } else { counter.lo[r - 1] });
+    }
+    if mid_far != NONE {
+        set(mid_far, mid_far);
+    }
+    for (r, &s) in counter.end.iter().enumerate().skip(1) {
+        set(s, counter.end[r - 1]);
+    }
+    (counter, succ)
 }
 
 /// Rules at most this big (NFA states, estimated) are inlined where they are used.

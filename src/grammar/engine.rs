@@ -10,7 +10,7 @@
 //! scratch arena that a trie walk truncates as it backtracks. `advance` copies the frames its
 //! new heads need into the committed arena, so a sequence keeps only the frames it uses.
 
-use super::{BitSet256, Grammar, NONE, SLOW};
+use super::{BitSet256, Grammar, COUNTER_HORIZON, NONE, SLOW};
 use crate::error::{Error, Result};
 use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_STEP_WORK};
 use crate::mask::{or_words, set_bit};
@@ -28,16 +28,26 @@ const TEMP: u32 = 1 << 31;
 const NIL_KEY: u128 = 0x6a09_e667_f3bc_c908_bb67_ae85_84ca_a73b;
 const CTX_KEY: u128 = 0x3c6e_f372_fe94_f82b_a54f_f53a_5f1d_36f1;
 
+/// [`Frame::count`] of a frame that is no counter's, or whose count is not known (a
+/// relative stack): it steps by the static phase tables, which is all a token sees.
+const UNCOUNTED: u32 = u32::MAX;
+
 /// One stack frame: a DFA state and the frame below.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Frame {
-    /// Hash of the states of this frame and every frame below it.
+    /// Hash of the states and counts of this frame and every frame below it: equal keys,
+    /// equal stacks.
     key: u128,
+    /// [`Frame::key`] without the counts: every token steps such stacks alike (see
+    /// [`super::Counter`]), so whole masks are cached by it.
+    mask_key: u128,
     /// The bytes this frame, or a frame below it that the completed frames above return to,
     /// can take next: a step skips a stack whose `reach` lacks the byte without walking it.
     reach: BitSet256,
     state: u32,
     parent: u32,
+    /// Items a counter's frame has matched, or [`UNCOUNTED`].
+    count: u32,
     /// This frame and every frame below can complete without another byte.
     acc: bool,
 }
@@ -119,25 +129,33 @@ impl Frames<'_> {
     }
 
     #[inline]
-    fn make(&mut self, g: &Grammar, state: u32, parent: u32) -> u32 {
+    fn make(&mut self, g: &Grammar, state: u32, parent: u32, count: u32) -> u32 {
         let accepting = g.accepting[state as usize];
         let mut reach = g.first[state as usize];
-        let (pkey, pacc) = match parent {
-            NIL => (NIL_KEY, true),
-            CTX => (CTX_KEY, true),
+        let (pkey, pmask_key, pacc) = match parent {
+            NIL => (NIL_KEY, NIL_KEY, true),
+            CTX => (CTX_KEY, CTX_KEY, true),
             p => {
                 let f = self.get(p);
                 if accepting {
                     reach.union_with(&f.reach);
                 }
-                (f.key, f.acc)
+                (f.key, f.mask_key, f.acc)
             }
         };
+        let mask_key = mix(pmask_key, state);
+        let key = match count {
+            UNCOUNTED if pkey == pmask_key => mask_key,
+            UNCOUNTED => mix(pkey, state),
+            k => mix(mix(pkey, state), k),
+        };
         self.temp.push(Frame {
-            key: mix(pkey, state),
+            key,
+            mask_key,
             reach,
             state,
             parent,
+            count,
             acc: pacc && accepting,
         });
         (self.temp.len() - 1) as u32 | TEMP
@@ -189,7 +207,7 @@ impl Frames<'_> {
                     let id = if n == f.state {
                         cur
                     } else {
-                        self.make(g, n, f.parent)
+                        self.make(g, n, f.parent, UNCOUNTED)
                     };
                     self.add_head(pool, z, id);
                 }
@@ -199,10 +217,21 @@ impl Frames<'_> {
                     for &(top, ps, pl) in &g.entries[ea as usize..ez as usize] {
                         work.tick(u64::from(pl) + 1)?;
                         let mut p = f.parent;
-                        for &r in &g.pushes[ps as usize..(ps + pl) as usize] {
-                            p = self.make(g, r, p);
+                        for (i, &r) in g.pushes[ps as usize..(ps + pl) as usize].iter().enumerate()
+                        {
+                            // A counter's return after one more item: the first push replaces
+                            // the counter's own frame, a later one is a counter just entered.
+                            let (state, count) = match g.counter_of[r as usize] {
+                                NONE => (r, UNCOUNTED),
+                                _ if i == 0 && f.count == UNCOUNTED => (r, UNCOUNTED),
+                                c => {
+                                    let k = if i == 0 { f.count + 1 } else { 1 };
+                                    (g.counters[c as usize].phase(k), k)
+                                }
+                            };
+                            p = self.make(g, state, p, count);
                         }
-                        let id = self.make(g, top, p);
+                        let id = self.make(g, top, p, UNCOUNTED);
                         self.add_head(pool, z, id);
                     }
                 }
@@ -316,7 +345,16 @@ impl Parse {
             temp: &mut temp,
             seen: HashSet::new(),
         }
-        .make(g, g.entry, NIL);
+        .make(
+            g,
+            g.entry,
+            NIL,
+            if g.counter_of[g.entry as usize] == NONE {
+                UNCOUNTED
+            } else {
+                0
+            },
+        );
         Parse {
             frames: temp,
             heads: vec![0],
@@ -569,7 +607,11 @@ fn grammar_runs(g: &Grammar) -> Vec<Run> {
 }
 
 /// `own` ([`state_runs`]), each state's run replaced by a longer one that a call gives it,
-/// when that takes every string the own run takes, and more:
+/// when that takes every string the own run takes, or more character groups (a string
+/// position whose own run is the closing `"`, one character, takes the next characters' run
+/// instead: with the character a call, as when inlining passed the automaton limit, its
+/// cold masks walked every string token with frames, ~10 ms at 49k tokens, ~0.2 ms with the
+/// run), and at least as far:
 /// - the run of the callee's start: a frame may enter the call instead of moving, and a
 ///   string the callee's start absorbs keeps the callee's frame alive without returning. The
 ///   state between two blocks of a counted string (`block{0,62}`, 16 characters a block)
@@ -607,9 +649,12 @@ fn runs_through_calls(g: &Grammar, own: Vec<Run>) -> Vec<Run> {
                 };
                 for r in [runs[start as usize], then_ret] {
                     let mine = runs[s];
-                    // Only a run that takes all the state's own does: the other could take
-                    // fewer subtrees elsewhere.
-                    if r != mine && r.groups & mine.groups == mine.groups && r.len >= mine.len {
+                    // A run that takes all the state's own, or more groups at least as far.
+                    let wider = r.groups.count_ones() > mine.groups.count_ones();
+                    if r != mine
+                        && (r.groups & mine.groups == mine.groups || wider)
+                        && r.len >= mine.len
+                    {
                         runs[s] = r;
                         changed = true;
                     }
@@ -642,6 +687,13 @@ pub(crate) struct Index {
     cached_bytes: AtomicUsize,
     /// [`grammar_runs`] (all [`Run::NONE`] when subtree skips are off, for tests).
     runs: Vec<Run>,
+    /// With counters, the text tokens longer than [`COUNTER_HORIZON`] bytes: they can see
+    /// past a phase's horizon, so each mask checks them with the exact counts.
+    long_tokens: Vec<crate::vocab::TokenId>,
+    /// A counter entered afresh can be seen past ([`super::Counter::sees_past`] at count 0:
+    /// far below its `min`), so a token may reach past a horizon from any stack: every
+    /// mask checks the long tokens.
+    long_tokens_always: bool,
 }
 
 impl Index {
@@ -651,8 +703,19 @@ impl Index {
             .collect();
         let words = crate::mask::words_for(vocab.len());
         let runs = grammar_runs(&grammar);
+        let long_tokens = if grammar.counters.is_empty() {
+            Vec::new()
+        } else {
+            (0..vocab.len() as crate::vocab::TokenId)
+                .filter(|&t| vocab.is_text(t) && vocab.bytes(t).len() > COUNTER_HORIZON as usize)
+                .collect()
+        };
+        let longest = vocab.trie().max_depth() as u32;
+        let long_tokens_always = grammar.counters.iter().any(|c| c.sees_past(0, longest));
         Index {
             runs,
+            long_tokens,
+            long_tokens_always,
             grammar,
             vocab,
             words,
@@ -756,7 +819,7 @@ impl Index {
                 temp: &mut walker.temp,
                 seen: HashSet::new(),
             }
-            .make(g, state, CTX)
+            .make(g, state, CTX, UNCOUNTED)
         };
         if let Some(n) = root {
             // The frame itself may complete right after the node.
@@ -873,28 +936,66 @@ impl Index {
         let heads = parse.heads();
         let mut key: Vec<u128> = heads
             .iter()
-            .map(|&h| parse.frames[h as usize].key)
+            .map(|&h| parse.frames[h as usize].mask_key)
             .collect();
         key.sort_unstable();
-        if let Some(m) = self
+        // A long token that may see past a counter's horizon is checked with the exact
+        // counts below. Unless every mask is checked so, such a mask is not cached: a mask
+        // served unchecked must be right for every count of its phases.
+        let exact_long = !self.long_tokens.is_empty()
+            && (self.long_tokens_always || heads.iter().any(|&h| self.sees_past_horizon(parse, h)));
+        let cacheable = self.long_tokens_always || !exact_long;
+        let cached = self
             .full
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&key[..])
-        {
-            out.copy_from_slice(m);
-            return Ok(());
+            .map(|m| out.copy_from_slice(m))
+            .is_some();
+        if !cached {
+            let mut work = Work::new(MAX_GRAMMAR_STEP_WORK);
+            self.compute(parse, out, &mut work)
+                .map_err(|_| out_of_work("compute one token mask", heads.len()))??;
+            if cacheable && self.reserve(self.words * 4 + key.len() * 16 + 64) {
+                self.full
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key.into_boxed_slice(), out.to_vec().into_boxed_slice());
+            }
         }
-        let mut work = Work::new(MAX_GRAMMAR_STEP_WORK);
-        self.compute(parse, out, &mut work)
-            .map_err(|_| out_of_work("compute one token mask", heads.len()))??;
-        if self.reserve(self.words * 4 + key.len() * 16 + 64) {
-            self.full
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key.into_boxed_slice(), out.to_vec().into_boxed_slice());
+        if exact_long {
+            for &t in &self.long_tokens {
+                let mut work = Work::new(MAX_GRAMMAR_STEP_WORK);
+                let fits = parse
+                    .accepts(&self.grammar, self.vocab.bytes(t), &mut work)
+                    .unwrap_or(false);
+                let (w, bit) = (t as usize / 32, 1u32 << (t % 32));
+                out[w] = if fits { out[w] | bit } else { out[w] & !bit };
+            }
         }
         Ok(())
+    }
+
+    /// Whether a token of the vocabulary may step the stack of head `h` unlike the phase
+    /// tables do: some counter on it ([`super::Counter::sees_past`]).
+    fn sees_past_horizon(&self, parse: &Parse, h: u32) -> bool {
+        let g = &self.grammar;
+        let longest = self.vocab.trie().max_depth() as u32;
+        let mut cur = h;
+        while cur < CTX {
+            let f = &parse.frames[cur as usize];
+            if f.key == f.mask_key {
+                // No count here or below.
+                return false;
+            }
+            if f.count != UNCOUNTED
+                && g.counters[g.counter_of[f.state as usize] as usize].sees_past(f.count, longest)
+            {
+                return true;
+            }
+            cur = f.parent;
+        }
+        false
     }
 
     fn compute(
@@ -1228,7 +1329,7 @@ impl Walker {
                 if t != NONE {
                     // Make the factored heads, then step them.
                     for k in start..stop {
-                        let id = fr.make(g, t, pool[k]);
+                        let id = fr.make(g, t, pool[k], UNCOUNTED);
                         pool.push(id);
                     }
                     (a, z) = (stop, pool.len());
@@ -1349,14 +1450,28 @@ mod tests {
                 tokens.push((piece.repeat(n).into_bytes(), TokenKind::Text));
             }
         }
+        // Tokens longer than a counter's horizon (64 items), some ending past a count's end.
+        for n in [62, 63, 64, 65, 66, 80, 130] {
+            for piece in ["a", "x", "é"] {
+                tokens.push((piece.repeat(n).into_bytes(), TokenKind::Text));
+                tokens.push((
+                    format!("{}\"", piece.repeat(n)).into_bytes(),
+                    TokenKind::Text,
+                ));
+                tokens.push((
+                    format!("{}]", piece.repeat(n)).into_bytes(),
+                    TokenKind::Text,
+                ));
+            }
+        }
         let eos = tokens.len() as TokenId;
         tokens.push((b"</s>".to_vec(), TokenKind::Special));
         Arc::new(Vocabulary::from_tokens(tokens, vec![eos]).unwrap())
     }
 
-    fn check(grammar: &str, texts: &[&str]) {
+    fn check_grammar(g: &Grammar, texts: &[&str], expect_skips: bool) {
         let vocab = vocab();
-        let g = Grammar::new(grammar).unwrap();
+        let g = g.clone();
         let fast = Index::new(g.clone(), vocab.clone());
         let slow = Index::new(g.clone(), vocab.clone()).without_skips();
         assert!(
@@ -1386,7 +1501,7 @@ mod tests {
             }
         }
         assert!(
-            SKIPS.load(Ordering::Relaxed) > skips,
+            !expect_skips || SKIPS.load(Ordering::Relaxed) > skips,
             "some subtree was skipped"
         );
     }
@@ -1453,6 +1568,38 @@ mod tests {
             // 30 characters: the last positions' runs are as short as the string's end.
             &[&format!("\"ab zé(a(b)) {}\",", "z".repeat(23)), "\"{a}\""],
         );
+    }
+
+    /// Counters ([`super::super::Counter`]): every phase near and far from both ends, with
+    /// tokens longer than the horizon, against the brute force over the exact counts.
+    #[test]
+    fn counters_give_exact_masks() {
+        let text = |n: usize| format!("\"{}\"", "ax é".chars().cycle().take(n).collect::<String>());
+        // Far below `min` (the phase that may end early for a long token), the exact phases
+        // before it, then a short exact end.
+        let g = "root ::= \"\\\"\" [a-zé ]{270,300} \"\\\"\" \",\"?";
+        let g = Grammar::new(g).unwrap();
+        assert_eq!(g.counters.len(), 1, "{g:?}");
+        check_grammar(&g, &[&text(285), &text(270), &text(300)], true);
+        // `max` only: a mid phase for the far counts, then the exact ones to `max`.
+        let g = Grammar::new("root ::= \"[\" ([a-z] | \"é\"){0,400} \"]\"").unwrap();
+        assert_eq!(g.counters.len(), 1, "{g:?}");
+        // (A call per item, and this vocabulary's `[a-z]` subtrees hold other bytes too.)
+        check_grammar(
+            &g,
+            &[&format!("[{}]", "x".repeat(400)), "[xéx]", "[]"],
+            false,
+        );
+        // Unbounded above, and a counter inside a counter.
+        let g = "root ::= (\"(\" \"a\"{0,300} \")\"){0,400} \"x\"{260,}";
+        let g = Grammar::new(g).unwrap();
+        assert_eq!(g.counters.len(), 3, "{g:?}");
+        let text = format!("(a)({})(){}", "a".repeat(300), "x".repeat(330));
+        check_grammar(&g, &[&text], false);
+    }
+
+    fn check(grammar: &str, texts: &[&str]) {
+        check_grammar(&Grammar::new(grammar).unwrap(), texts, true);
     }
 }
 

@@ -14,8 +14,10 @@
 //!   one Unicode character, whatever its UTF-8 length;
 //! - `.`: any one character (newline included, as in llama.cpp);
 //! - rule references, recursive and mutually recursive ones included;
-//! - repetition `*`, `+`, `?`, `{m}`, `{m,}`, `{m,n}`, with counts up to
-//!   [`MAX_GRAMMAR_REPETITION`](crate::limits::MAX_GRAMMAR_REPETITION).
+//! - repetition `*`, `+`, `?`, `{m}`, `{m,}`, `{m,n}`: counts up to `u32::MAX` of an item
+//!   that cannot match the empty string (past 256 a counter: a few states and the count in
+//!   its stack frame), up to
+//!   [`MAX_GRAMMAR_REPETITION`](crate::limits::MAX_GRAMMAR_REPETITION) of one that can.
 //!
 //! Not supported, each a clear error: left recursion (`expr ::= expr "+" term`; rewrite it with
 //! repetition, as llama.cpp also requires), token references `<...>`, and rules that can never
@@ -53,6 +55,7 @@
 
 mod compile;
 pub(crate) mod engine;
+pub(crate) use compile::COUNTER_FROM;
 mod parse;
 
 use crate::error::{Error, Result};
@@ -225,6 +228,85 @@ pub struct Grammar {
     pub(crate) call_start: Vec<u32>,
     /// The bottom frame's state: `root`'s start (accepting when `root` matches "").
     pub(crate) entry: u32,
+    /// Long counted repetitions kept as counters ([`Counter`]).
+    pub(crate) counters: Vec<Counter>,
+    /// Per state, the counter whose phase it is, or [`NONE`].
+    pub(crate) counter_of: Vec<u32>,
+}
+
+/// Items a counter's states tell apart near either end of its range: one more than any
+/// token's bytes in the vocabularies we ship (SmolLM2: 82, Gemma 3: 48), so a token never
+/// sees past the horizon. A token longer than this is checked exactly at every mask
+/// ([`engine::Index::fill`]).
+pub(crate) const COUNTER_HORIZON: u32 = 64;
+
+/// A counted repetition `x{min,max}` past [`COUNTER_FROM`](compile::COUNTER_FROM) items, kept
+/// as a count in its frame instead of one DFA state per item.
+///
+/// Each item is a call of `x`'s rule. The rule has a few states ("phases"), each standing
+/// for every count at the same distance from the ends when that distance is past
+/// [`COUNTER_HORIZON`] items, and for one count otherwise: `lo[r - 1]` with `r` items still
+/// needed (`lo_far` past the horizon), `end[r]` with `r` items still allowed (`mid_far` past
+/// it). The tables step a phase statically (`mid_far` to itself, `lo_far` to the horizon's
+/// `lo`), which is what a token of at most [`COUNTER_HORIZON`] bytes sees of every count the
+/// phase stands for, so masks are computed and cached per phase; a committed step
+/// ([`engine`]) carries the exact count and picks the phase from it ([`Counter::phase`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Counter {
+    pub min: u32,
+    pub max: Option<u32>,
+    pub lo_far: u32,
+    pub lo: Vec<u32>,
+    pub mid_far: u32,
+    pub end: Vec<u32>,
+}
+
+impl Counter {
+    /// Whether phase `s` may end the repetition.
+    pub(crate) fn accepts(&self, s: u32) -> bool {
+        s == self.mid_far || self.end.contains(&s)
+    }
+
+    /// Every phase state, to renumber them.
+    pub(crate) fn states_mut(&mut self) -> impl Iterator<Item = &mut u32> {
+        [&mut self.lo_far, &mut self.mid_far]
+            .into_iter()
+            .chain(self.lo.iter_mut())
+            .chain(self.end.iter_mut())
+            .filter(|s| **s != NONE)
+    }
+
+    /// Whether a token of `len` bytes (so at most `len` items) can tell count `k` from the
+    /// other counts of its phase: past [`COUNTER_HORIZON`] items a far-below-`min` phase may
+    /// complete too early, and a mid phase within `len` items of `max` may run past it. The
+    /// exact phases near each end are exact for any length.
+    pub(crate) fn sees_past(&self, k: u32, len: u32) -> bool {
+        let far = COUNTER_HORIZON - 1;
+        if len <= COUNTER_HORIZON {
+            return false;
+        }
+        let lo_far = k < self.min && self.min - k > far;
+        let exact_end = k >= self.min && self.max.is_some_and(|m| m - k <= far);
+        lo_far || (!exact_end && self.max.is_some_and(|m| m - k < len))
+    }
+
+    /// The phase state after `k` items.
+    pub(crate) fn phase(&self, k: u32) -> u32 {
+        let far = COUNTER_HORIZON - 1;
+        if k < self.min {
+            return match self.min - k {
+                r if r > far => self.lo_far,
+                r => self.lo[r as usize - 1],
+            };
+        }
+        match self.max {
+            None => self.mid_far,
+            Some(max) => match max.saturating_sub(k) {
+                r if r > far => self.mid_far,
+                r => self.end[r as usize],
+            },
+        }
+    }
 }
 
 impl std::fmt::Debug for Grammar {
@@ -278,6 +360,12 @@ impl Grammar {
             + self.exp_ranges.len() * 8
             + self.entries.len() * 12
             + self.pushes.len() * 4
+            + self.counter_of.len() * 4
+            + self
+                .counters
+                .iter()
+                .map(|c| (c.lo.len() + c.end.len()) * 4 + 32)
+                .sum::<usize>()
     }
 
     /// Whether `bytes` as a whole is a sentence of the grammar (no work limit applies).

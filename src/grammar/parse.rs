@@ -8,7 +8,7 @@
 //! value, and token references `<...>` (which name model tokens, not text).
 
 use super::GrammarError;
-use crate::limits::{MAX_GRAMMAR_NESTING, MAX_GRAMMAR_REPETITION};
+use crate::limits::MAX_GRAMMAR_NESTING;
 use std::collections::HashMap;
 
 /// One item of a rule body.
@@ -455,13 +455,17 @@ impl Parser<'_> {
             ));
         }
         let digits = std::str::from_utf8(&self.src[from..self.pos]).expect("ASCII digits");
-        match digits.parse::<u32>() {
-            Ok(n) if n <= MAX_GRAMMAR_REPETITION => Ok(n),
-            _ => Err(GrammarError::limit(
+        // Counts past `MAX_GRAMMAR_REPETITION` are checked where the item is known
+        // (`compile::with_counters`): a counter's count costs nothing.
+        digits.parse::<u32>().map_err(|_| {
+            GrammarError::limit(
                 start,
-                format!("repetition count {digits} is over the limit of {MAX_GRAMMAR_REPETITION}"),
-            )),
-        }
+                format!(
+                    "repetition count {digits} is over the limit of {}",
+                    u32::MAX
+                ),
+            )
+        })
     }
 
     /// One character of a literal or class: an escape or a UTF-8 character. Returns the code

@@ -259,9 +259,14 @@ impl JsonSchema {
         // it is generated, so bound it here too rather than trust that.
         // One parse per count (chains) is the faster grammar; nested blocks are the smaller
         // one, rendered and tried only when the chains' rules pass the automaton limit.
+        // Counters first: one count is the smallest grammar and the fastest masks.
         let mut last = None;
+        let chains = std::iter::once_with(|| node.to_gbnf());
         let blocked = std::iter::once_with(|| node.to_gbnf_blocked());
-        for gbnf in std::iter::once(node.to_gbnf()).chain(blocked) {
+        for gbnf in std::iter::once(node.to_gbnf_counted())
+            .chain(chains)
+            .chain(blocked)
+        {
             if gbnf.len() > MAX_SCHEMA_REGEX_BYTES || last.as_ref().is_some_and(|(g, _)| *g == gbnf)
             {
                 continue;

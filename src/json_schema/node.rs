@@ -520,23 +520,34 @@ impl Node {
 
     /// Renders a GBNF grammar whose `root` rule accepts exactly this language: long counted
     /// repetitions as chains ([`GBNF_UPTO_CHAIN`]) unless those take more than
-    /// [`GBNF_MAX_CHAIN_RULES`] rules, then as nested blocks.
+    /// [`GBNF_MAX_CHAIN_RULES`] rules, then as nested blocks. Every count stays within
+    /// llama.cpp's repetition limit, so this is the grammar to export.
     pub(crate) fn to_gbnf(&self) -> String {
-        self.gbnf_with(true)
+        self.gbnf_with(true, false)
             .unwrap_or_else(|| self.to_gbnf_blocked())
     }
 
     /// [`Node::to_gbnf`] with every long counted repetition as nested blocks: fewer, larger
     /// rules than the chains, for when those pass an automaton limit.
     pub(crate) fn to_gbnf_blocked(&self) -> String {
-        self.gbnf_with(false)
+        self.gbnf_with(false, false)
             .expect("without chains there is no chain bound")
     }
 
+    /// [`Node::to_gbnf`] with every repetition past
+    /// [`COUNTER_FROM`](crate::grammar::COUNTER_FROM) written as one count, which our grammar
+    /// engine keeps as a counter: the local engine's grammar (llama.cpp expands counts,
+    /// refusing them past 2,000).
+    pub(crate) fn to_gbnf_counted(&self) -> String {
+        self.gbnf_with(true, true)
+            .unwrap_or_else(|| self.to_gbnf_blocked())
+    }
+
     /// The grammar, or None when its chains take more than [`GBNF_MAX_CHAIN_RULES`] rules.
-    fn gbnf_with(&self, chains: bool) -> Option<String> {
+    fn gbnf_with(&self, chains: bool, counters: bool) -> Option<String> {
         let mut g = Gbnf {
             chains,
+            counters,
             ..Gbnf::default()
         };
         count_subtrees(self, &mut g.counts);
@@ -906,6 +917,8 @@ struct Gbnf<'a> {
     chains: bool,
     /// Rules the chains made.
     chain_rules: usize,
+    /// Repetitions past [`COUNTER_FROM`](crate::grammar::COUNTER_FROM) as one count.
+    counters: bool,
 }
 
 impl<'a> Gbnf<'a> {
@@ -966,7 +979,8 @@ impl<'a> Gbnf<'a> {
     /// a repetition, of blocks. Each count has one split, so at most one wrong guess per
     /// nesting level is alive at a time (it dies within one block).
     fn repeat(&mut self, a: &str, min: u32, max: Option<u32>) -> String {
-        if max.unwrap_or(min) <= GBNF_BLOCKED_REPEAT {
+        let most = max.unwrap_or(min);
+        if most <= GBNF_BLOCKED_REPEAT || (self.counters && most > crate::grammar::COUNTER_FROM) {
             return match (min, max) {
                 (_, Some(0)) => "\"\"".into(),
                 _ => format!("{a}{}", quantifier(min, max)),
@@ -1229,8 +1243,9 @@ mod tests {
         }
     }
 
-    /// The blocked form of a long counted repetition (and every shortcut around it) accepts
-    /// exactly the counts in range: brute force over every length up to past the bound.
+    /// The blocked, chained and counted forms of a long counted repetition (and every
+    /// shortcut around it) accept exactly the counts in range: brute force over every length
+    /// up to past the bound.
     #[test]
     fn long_counted_repetitions_in_gbnf_keep_their_exact_counts() {
         let x = Node::class(vec![('a', 'b')]);
@@ -1247,15 +1262,20 @@ mod tests {
             (0, Some(9000)),
             (3000, None),
         ];
-        let both = cases.iter().flat_map(|&c| [(c, true), (c, false)]);
-        for ((min, max), chains) in both {
+        let forms = cases.iter().flat_map(|&c| [(c, 0), (c, 1), (c, 2)]);
+        for ((min, max), form) in forms {
             let n = Node::Repeat(Box::new(x.clone()), min, max);
-            let text = if chains {
-                n.to_gbnf()
-            } else {
-                n.to_gbnf_blocked()
+            let text = match form {
+                0 => n.to_gbnf(),
+                1 => n.to_gbnf_blocked(),
+                _ => n.to_gbnf_counted(),
             };
-            assert!(text.contains("block"), "{min} {max:?}: {text}");
+            // Every case passes 256 items, so the counted form is one count.
+            if form == 2 {
+                assert!(!text.contains("block"), "{min} {max:?}: {text}");
+            } else {
+                assert!(text.contains("block"), "{min} {max:?}: {text}");
+            }
             let g = crate::grammar::Grammar::new(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
             // Every length up to 300, and the 50 around each bound.
             let ends = [min, max.unwrap_or(min)];
