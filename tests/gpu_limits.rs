@@ -86,23 +86,49 @@ fn a_model_larger_than_a_binding_is_split_and_gives_the_unsplit_logits() {
     let cpu = Model::from_gguf_bytes(&file[..]).unwrap();
     let mut logits = Vec::new();
     // The device's own limit, not a cap: any binding over it is a validation error, so this
-    // also checks that no chunk exceeds it (156 rows of 256 bytes, then 109). 40,000 bytes
-    // still holds the activations, which are not split: the largest, the FFN's, is
-    // 64 tokens x 128 x 4 = 32,768 bytes.
-    for limit in [1 << 20, 40_000] {
+    // also checks that no chunk exceeds it (156 rows of 256 bytes, then 109) and that no
+    // activation does: at 8,000 bytes a 64-token chunk's FFN activations (64 x 128 x 4 =
+    // 32,768 bytes) would not bind, and prefill takes 12 tokens a submission (a token's
+    // attention scores over 40 positions are the widest, 4 heads x 40 x 4 = 640 bytes).
+    let prompt: Vec<u32> = (0..20).map(|i| 3 + i * 13).collect();
+    for limit in [1 << 20, 40_000, 8_000] {
         let ctx = context_with_binding_limit(limit);
         let gpu = pollster::block_on(GpuModel::upload_scoped(ctx, &cpu)).unwrap();
-        let mut session = gpu.session(8).unwrap();
-        assert_eq!(session.capacity(), 8);
-        let l = pollster::block_on(gpu.forward(&mut session, &[3, 4, 264])).unwrap();
+        let mut session = gpu.session(40).unwrap();
+        assert_eq!(session.capacity(), 40);
+        let l = pollster::block_on(gpu.forward(&mut session, &prompt)).unwrap();
         assert_eq!(l.len(), cpu.config().n_vocab);
         logits.push(l);
     }
-    let same = logits[0]
-        .iter()
-        .zip(&logits[1])
-        .all(|(a, b)| a.to_bits() == b.to_bits());
-    assert!(same, "split logits differ from unsplit");
+    for (limit, l) in [40_000, 8_000].iter().zip(&logits[1..]) {
+        let same = logits[0]
+            .iter()
+            .zip(l)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same,
+            "logits split for a {limit}-byte limit differ from unsplit"
+        );
+    }
+}
+
+#[test]
+fn a_session_whose_activations_exceed_a_binding_is_refused_by_name() {
+    let file = TinySpec::default().build(); // Q8_0 rows of 72 bytes, n_ff 128
+    let cpu = Model::from_gguf_bytes(&file[..]).unwrap();
+    let options = ContextOptions {
+        max_binding_bytes: Some(300),
+        ..ContextOptions::default()
+    };
+    let ctx = Arc::new(pollster::block_on(Context::with_options(options)).unwrap());
+    let gpu = GpuModel::upload(ctx, &cpu).unwrap();
+    let err = gpu.session(2).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "one token's feed-forward activations needs 512 bytes, over this adapter's 300-byte \
+         storage binding limit"
+    );
+    assert_eq!(err.param(), Some("model"));
 }
 
 #[test]

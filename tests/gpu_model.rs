@@ -127,7 +127,9 @@ fn tiny_models_split_into_row_chunks_give_the_unsplit_logits() {
             // and the logits. Split, the 265x64 embedding (67,840 bytes) takes 6 dispatches
             // (5 x 50 + 15 rows) and, per layer, wq and wo (64 rows) 2, w_gate and w_up (128
             // rows: 50 + 50 + 28) 3, w_down (64 rows: 25 + 25 + 14) 3, 8 more than 15; the
-            // output, tied or not, 6.
+            // output, tied or not, 6. A token's attention scores (4 heads x 96 positions x
+            // 4 B = 1,536 bytes) make prefill chunks of 8 under the cap, so the prompt is 9
+            // submissions (8 x 8 + 6).
             assert_eq!(
                 whole_counters.dispatches,
                 5 * (1 + 2 * 15) + 4 * 2,
@@ -135,7 +137,7 @@ fn tiny_models_split_into_row_chunks_give_the_unsplit_logits() {
             );
             assert_eq!(
                 chunked_counters.dispatches,
-                5 * (6 + 2 * (15 + 8)) + 4 * (1 + 6),
+                (9 + 3) * (6 + 2 * (15 + 8)) + 4 * (1 + 6),
                 "{what}"
             );
         }

@@ -6,8 +6,10 @@
 //! buffer copies (K and V into the cache), so a SmolLM2-135M (30 layers) decode step is
 //! 1 + 30 x 15 + 2 = 453 dispatches, and one more to sample ([`Session::counters`] counts
 //! them). A matrix split for the adapter's binding limit ([`Matrix::chunks`]) takes one
-//! dispatch per chunk in place of its one. The dispatches of a chunk length are prepared once per session (a [`Plan`]: its
-//! bind groups and uniforms), so a decode step creates no GPU object: it writes the token id,
+//! dispatch per chunk in place of its one, and prefill chunks shrink until each scratch
+//! buffer fits one binding ([`Model::chunk_for`]). The dispatches of a chunk length are
+//! prepared once per session (a [`Plan`]: its bind groups and uniforms), so a decode step
+//! creates no GPU object: it writes the token id,
 //! the RoPE table and the attention uniform's position, and replays the plan.
 //!
 //! Decoding that samples on the GPU reads back the chosen token's 4 bytes instead of the
@@ -75,6 +77,8 @@ pub struct Counters {
 #[derive(Debug)]
 pub struct Session {
     capacity: usize,
+    /// Tokens per prefill submission ([`Model::chunk_for`]).
+    chunk: usize,
     pos: usize,
     tokens: Vec<TokenId>,
     k_cache: Vec<wgpu::Buffer>,
@@ -280,6 +284,29 @@ impl Model {
         &self.ctx
     }
 
+    /// Tokens per prefill submission for a session of `context` positions: [`MAX_CHUNK`],
+    /// or fewer when a chunk's scratch buffers would pass the adapter's storage binding
+    /// limit (the attention scores take chunk x heads x context floats: 64 x 9 x 8,192 x 4 B
+    /// = 18.9 MB for SmolLM2 at its full context; the feed-forward activations chunk x n_ff).
+    /// A single token over the limit is an error naming it.
+    fn chunk_for(&self, context: usize) -> Result<usize> {
+        let c = &self.config;
+        let ctx = &self.ctx;
+        let scores = (c.n_head * context * 4) as u64;
+        ctx.check_binding_size(
+            &format!("one token's attention scores over {context} positions"),
+            "max_tokens",
+            scores,
+        )?;
+        let ffn = (c.n_ff * 4) as u64;
+        ctx.check_binding_size("one token's feed-forward activations", "model", ffn)?;
+        let widest = [scores, ffn, (c.n_embd * 4) as u64, (c.kv_dim() * 4) as u64]
+            .into_iter()
+            .max()
+            .unwrap_or(1);
+        Ok(((ctx.max_binding_bytes / widest) as usize).clamp(1, MAX_CHUNK))
+    }
+
     /// A session whose KV cache holds `context` positions (at most the model's context).
     pub fn session(&self, context: usize) -> Result<Session> {
         self.ctx.ensure_alive()?;
@@ -295,6 +322,7 @@ impl Model {
         let kv = c.kv_dim();
         let cache_bytes = (context * kv * 4) as u64;
         ctx.check_binding_size("a layer's KV cache", "max_tokens", cache_bytes)?;
+        let chunk = self.chunk_for(context)?;
         let zeros = |label: &str, floats: usize| {
             let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
             ctx.storage_buffer(label, &vec![0; floats * 4], usage)
@@ -304,7 +332,7 @@ impl Model {
                 .map(|i| zeros(&format!("blk.{i}.{what}_cache"), context * kv))
                 .collect()
         };
-        let t = MAX_CHUNK;
+        let t = chunk;
         let d = c.n_embd;
         let scratch = Scratch {
             ids: zeros("ids", t),
@@ -327,6 +355,7 @@ impl Model {
         };
         Ok(Session {
             capacity: context,
+            chunk,
             pos: 0,
             tokens: Vec::new(),
             k_cache: cache("k"),
@@ -496,7 +525,7 @@ impl Model {
             .with_param("max_tokens"));
         }
         let scope = ErrorScope::push(&self.ctx.device);
-        let chunks: Vec<&[TokenId]> = tokens.chunks(MAX_CHUNK).collect();
+        let chunks: Vec<&[TokenId]> = tokens.chunks(session.chunk).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let last = i + 1 == chunks.len();
             let tail = if last { Some(tail) } else { None };
@@ -513,11 +542,11 @@ impl Model {
         let plan = self.build_plan(session, t).await?;
         session.counters.plans_built += 1;
         if session.plans.len() >= MAX_PLANS {
-            // Keep decode (1) and full chunks (MAX_CHUNK): drop the oldest other length.
+            // Keep decode (1) and full chunks: drop the oldest other length.
             let odd = session
                 .plans
                 .iter()
-                .position(|p| p.tokens != 1 && p.tokens != MAX_CHUNK)
+                .position(|p| p.tokens != 1 && p.tokens != session.chunk)
                 .unwrap_or(0);
             session.plans.remove(odd);
         }
