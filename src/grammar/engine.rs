@@ -225,7 +225,13 @@ impl Frames<'_> {
                                 NONE => (r, UNCOUNTED),
                                 _ if i == 0 && f.count == UNCOUNTED => (r, UNCOUNTED),
                                 c => {
-                                    let k = if i == 0 { f.count + 1 } else { 1 };
+                                    // Saturates short of the sentinel: 4 billion items
+                                    // is past any output's length limit.
+                                    let k = if i == 0 {
+                                        f.count.saturating_add(1).min(UNCOUNTED - 1)
+                                    } else {
+                                        1
+                                    };
                                     (g.counters[c as usize].phase(k), k)
                                 }
                             };

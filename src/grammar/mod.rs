@@ -286,8 +286,8 @@ impl Counter {
             return false;
         }
         let lo_far = k < self.min && self.min - k > far;
-        let exact_end = k >= self.min && self.max.is_some_and(|m| m - k <= far);
-        lo_far || (!exact_end && self.max.is_some_and(|m| m - k < len))
+        let exact_end = k >= self.min && self.max.is_some_and(|m| m.saturating_sub(k) <= far);
+        lo_far || (!exact_end && self.max.is_some_and(|m| m.saturating_sub(k) < len))
     }
 
     /// The phase state after `k` items.
