@@ -20,7 +20,7 @@ pub const MAX_GRAMMAR_BYTES: usize = 16 * 1024;
 /// Such a repetition is expanded into copies of its item, so `(x?){0,100000}` would build a
 /// hundred thousand copies; counts past this are refused (llama.cpp's own threshold is
 /// 2000). Nested counts multiply and are caught by [`GRAMMAR_AUTOMATON_BYTES`]. A count past
-/// 256 of an item that cannot be empty is a counter instead, whatever the count (up to
+/// 128 of an item that cannot be empty is a counter instead, whatever the count (up to
 /// `u32::MAX`): a few states and a number in its stack frame.
 pub const MAX_GRAMMAR_REPETITION: u32 = 1000;
 

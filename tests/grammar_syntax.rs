@@ -298,7 +298,7 @@ fn repetition_counts_are_bounded() {
     );
 }
 
-/// Counts past 256 of an item that cannot be empty are counters, which cost the same
+/// Counts past 128 of an item that cannot be empty are counters, which cost the same
 /// whatever the count: a million items of a million items compiles.
 #[test]
 fn long_counts_of_non_empty_items_are_counters() {

@@ -336,18 +336,15 @@ fn compile_with(
         let base = accepting.len() as u32;
         if let Some(c) = &counted[r] {
             let (counter, succ) = counter_phases(c, base);
-            for &next in &succ {
+            for (s, &next) in (base..).zip(&succ) {
                 trans.extend(std::iter::repeat_n(NONE, stride));
-                accepting.push(false);
+                accepting.push(counter.accepts(s));
                 rule_of.push(r as u32);
                 calls.push(match next {
                     NONE => Vec::new(),
                     t => vec![(c.item as u32, t)],
                 });
                 used += stride * 4 + 24;
-            }
-            for (i, a) in accepting[base as usize..].iter_mut().enumerate() {
-                *a = counter.accepts(base + i as u32);
             }
             start.push(counter.phase(0));
             counters.push(counter);

@@ -15,7 +15,7 @@
 //! - `.`: any one character (newline included, as in llama.cpp);
 //! - rule references, recursive and mutually recursive ones included;
 //! - repetition `*`, `+`, `?`, `{m}`, `{m,}`, `{m,n}`: counts up to `u32::MAX` of an item
-//!   that cannot match the empty string (past 256 a counter: a few states and the count in
+//!   that cannot match the empty string (past 128 a counter: a few states and the count in
 //!   its stack frame), up to
 //!   [`MAX_GRAMMAR_REPETITION`](crate::limits::MAX_GRAMMAR_REPETITION) of one that can.
 //!
@@ -234,10 +234,11 @@ pub struct Grammar {
     pub(crate) counter_of: Vec<u32>,
 }
 
-/// Items a counter's states tell apart near either end of its range: one more than any
-/// token's bytes in the vocabularies we ship (SmolLM2: 82, Gemma 3: 48), so a token never
-/// sees past the horizon. A token longer than this is checked exactly at every mask
-/// ([`engine::Index::fill`]).
+/// Items a counter's states tell apart near either end of its range. No Gemma 3 token (at
+/// most 48 bytes) sees past it; SmolLM2's 7 tokens of 65-82 bytes are checked with the exact
+/// counts where they could ([`engine::Index::fill`]). At 128 the phase tables were large
+/// enough that 19 JSONSchemaBench schemas passed the automaton limit again (mask p99 115 us
+/// against 64 us).
 pub(crate) const COUNTER_HORIZON: u32 = 64;
 
 /// A counted repetition `x{min,max}` past [`COUNTER_FROM`](compile::COUNTER_FROM) items, kept

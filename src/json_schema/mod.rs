@@ -257,9 +257,10 @@ impl JsonSchema {
     fn build_grammar(node: &Node, field: &str, shown: &str, dfa_error: Error) -> Result<Grammar> {
         // The grammar's text is no longer than the regex's (each item once, as a rule), but
         // it is generated, so bound it here too rather than trust that.
-        // One parse per count (chains) is the faster grammar; nested blocks are the smaller
-        // one, rendered and tried only when the chains' rules pass the automaton limit.
-        // Counters first: one count is the smallest grammar and the fastest masks.
+        // Counters first: one count is the smallest grammar and the fastest masks. Then
+        // every count expanded: one parse per count (chains) is the faster grammar, nested
+        // blocks the smaller one, rendered and tried only when the chains' rules pass the
+        // automaton limit.
         let mut last = None;
         let chains = std::iter::once_with(|| node.to_gbnf());
         let blocked = std::iter::once_with(|| node.to_gbnf_blocked());

@@ -537,10 +537,12 @@ impl Node {
     /// [`Node::to_gbnf`] with every repetition past
     /// [`COUNTER_FROM`](crate::grammar::COUNTER_FROM) written as one count, which our grammar
     /// engine keeps as a counter: the local engine's grammar (llama.cpp expands counts,
-    /// refusing them past 2,000).
+    /// refusing them past 2,000). The shorter counts are chains, or nested blocks past the
+    /// chains' rule bound, as in [`Node::to_gbnf`].
     pub(crate) fn to_gbnf_counted(&self) -> String {
         self.gbnf_with(true, true)
-            .unwrap_or_else(|| self.to_gbnf_blocked())
+            .or_else(|| self.gbnf_with(false, true))
+            .expect("without chains there is no chain bound")
     }
 
     /// The grammar, or None when its chains take more than [`GBNF_MAX_CHAIN_RULES`] rules.
@@ -1270,7 +1272,7 @@ mod tests {
                 1 => n.to_gbnf_blocked(),
                 _ => n.to_gbnf_counted(),
             };
-            // Every case passes 256 items, so the counted form is one count.
+            // Every case passes 128 items (`COUNTER_FROM`), so the counted form is one count.
             if form == 2 {
                 assert!(!text.contains("block"), "{min} {max:?}: {text}");
             } else {
@@ -1309,6 +1311,20 @@ mod tests {
                 .collect(),
         );
         assert_eq!(many.to_gbnf(), many.to_gbnf_blocked());
+        // Counted, a long count stays one count while the counts at most COUNTER_FROM (128)
+        // beside it pass the chains' bound (nine `{0,100}`, 6 chain rules each) and turn to
+        // blocks.
+        let short =
+            (0..9).map(|i| Node::concat(vec![Node::lit(","), Node::Repeat(x(), 0, Some(100 + i))]));
+        let with_long = Node::concat(short.chain([Node::Repeat(x(), 0, Some(5000))]).collect());
+        let counted = with_long.to_gbnf_counted();
+        assert!(counted.contains("{0,5000}"), "{counted}");
+        assert!(counted.contains("block"), "{counted}");
+        let g = crate::grammar::Grammar::new(&counted).unwrap();
+        // The last comma's `{0,108}` and the `{0,5000}` after it take 5,108 at most.
+        let text = |n: usize| format!("{},{}", ",a".repeat(8), "b".repeat(n));
+        assert!(g.matches(text(5108).as_bytes()));
+        assert!(!g.matches(text(5109).as_bytes()));
     }
 
     /// A subtree used twice is one rule, and the grammar still means the same.
