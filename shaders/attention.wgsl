@@ -4,8 +4,8 @@
 //
 // Bindings (group 0)
 //   0  q       array<f32>  read        tokens * heads * head_dim
-//   1  k       array<f32>  read        capacity * kv_heads * head_dim (this layer's cache)
-//   2  v       array<f32>  read        capacity * kv_heads * head_dim
+//   1  k       array<KvElement>  read  capacity * kv_heads * head_dim (this layer's cache)
+//   2  v       array<KvElement>  read  capacity * kv_heads * head_dim
 //   3  scores  array<f32>  read_write  tokens * heads * capacity (scratch)
 //   4  out     array<f32>  read_write  tokens * heads * head_dim
 //   5  params  Params      uniform     heads, kv_heads, head_dim, pos0, tokens, capacity, scale
@@ -15,9 +15,20 @@
 //
 // Variants (src/gpu/variant.rs): with `subgroups` the softmax's max and sum are a subgroupMax /
 // subgroupAdd per subgroup and one pass over the subgroups' results (2 barriers each instead of
-// 8); any subgroup size works, including one larger than the workgroup.
+// 8); any subgroup size works, including one larger than the workgroup. With `f16` the cache
+// holds f16 (kv_store.wgsl writes it), widened exactly to f32 on reading: the arithmetic is
+// the f32 path's.
+//#if f16
+enable f16;
+//#endif
 
 const WG: u32 = 64u;
+
+//#if f16
+alias KvElement = f16;
+//#else
+alias KvElement = f32;
+//#endif
 
 struct Params {
     heads: u32,
@@ -31,8 +42,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<KvElement>;
+@group(0) @binding(2) var<storage, read> v: array<KvElement>;
 @group(0) @binding(3) var<storage, read_write> scores: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<uniform> params: Params;
@@ -133,7 +144,7 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index
         let k_base = p * kv_width + kv_head * hd;
         var dot = 0.0;
         for (var i = 0u; i < hd; i = i + 1u) {
-            dot = dot + q[q_base + i] * k[k_base + i];
+            dot = dot + q[q_base + i] * f32(k[k_base + i]);
         }
         let s = dot * scale;
         scores[s_base + p] = s;
@@ -153,7 +164,7 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index
     for (var i = local; i < hd; i = i + WG) {
         var acc = 0.0;
         for (var p = 0u; p < visible; p = p + 1u) {
-            acc = acc + scores[s_base + p] * v[p * kv_width + kv_head * hd + i];
+            acc = acc + scores[s_base + p] * f32(v[p * kv_width + kv_head * hd + i]);
         }
         out[q_base + i] = acc * inv_sum;
     }

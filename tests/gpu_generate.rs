@@ -113,9 +113,12 @@ fn generate_on_the_gpu_gives_the_cpus_outputs_and_constrained_ones_validate() {
         device_steps: 0,
         logit_steps: 0,
     };
+    // The CPU twin of the GPU session: its KV cache rounded to f16 where the device's is
+    // (`shader-f16`), so even sampled outputs must be the same.
+    let precision = gpu_backend.session.kv_precision();
     let mut cpu_backend = CpuBackend {
         model: &cpu,
-        session: cpu.session(512).unwrap(),
+        session: cpu.session_with(512, precision).unwrap(),
     };
     let schema = json!({
         "type": "object",
@@ -236,13 +239,13 @@ fn a_decode_step_that_samples_on_the_gpu_reads_back_4_bytes() {
     let _ = token;
     // The decode plan was built once, for the first decode step; the prompt had its own.
     assert_eq!(end.plans_built, 2);
-    // Per layer 15 dispatches, plus the embedding, the final norm, the logits and sampling.
+    // Per layer 16 dispatches, plus the embedding, the final norm, the logits and sampling.
     let per_step = (end.dispatches - start.dispatches) / 5;
-    assert_eq!(per_step, 15 * cpu.config().n_layer as u64 + 4);
+    assert_eq!(per_step, 16 * cpu.config().n_layer as u64 + 4);
     // The greedy tokens are the CPU's.
-    let mut cpu_session = cpu.session(64).unwrap();
-    let mut logits = cpu.forward(&mut cpu_session, &[1, 2, 3]).unwrap();
     let mut gpu_session = gpu.session(64).unwrap();
+    let mut cpu_session = cpu.session_with(64, gpu_session.kv_precision()).unwrap();
+    let mut logits = cpu.forward(&mut cpu_session, &[1, 2, 3]).unwrap();
     pollster::block_on(gpu.submit_forward(&mut gpu_session, &[1, 2, 3])).unwrap();
     for step in 0..6 {
         let want = poot::sampling::argmax(&logits);

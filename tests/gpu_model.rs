@@ -5,7 +5,16 @@
 //! Metric: max |gpu - cpu| over the logits, divided by max |cpu| (relative to the logit
 //! scale, since individual logits near zero have no meaningful relative error), plus top-1
 //! agreement; greedy decoding must produce the same tokens. Every variant the adapter runs
-//! (f32, `shader-f16`, subgroups: `Context::every_variant`) is held to the same bounds.
+//! (f32, `shader-f16`, subgroups: `Context::every_variant`) is held to the same bounds
+//! against its CPU twin: a CPU session whose KV cache has the GPU session's precision
+//! (`shader-f16` stores K and V as f16).
+//!
+//! On the reference model an f16 cache is held to a relative logit error under 1e-3, against
+//! its twin and against the exact-f32 CPU path, with the same top-1 and the same 16 greedy
+//! tokens as the f32 path. Measured on lavapipe: 1.9e-4 against the twin, 2.4e-4 against f32
+//! (an f32 cache: 1.6e-6). The twin cannot be closer over 30 layers: a key the two compute
+//! 1e-6 apart rounds to different halves when it lies near a rounding boundary (about one
+//! in 300 do), a 5e-4 step that the later layers carry on.
 //!
 //! The same models with the storage binding limit capped so that the embedding, the output
 //! and the FFN matrices are split into row chunks must give bit-identical logits to the
@@ -16,7 +25,7 @@ use std::sync::Arc;
 
 use poot::gpu::{Context, ContextOptions, Counters, Model as GpuModel};
 use poot::model::synthetic::TinySpec;
-use poot::model::Model;
+use poot::model::{KvPrecision, Model};
 use poot::quant::QuantType;
 use poot::sampling::argmax;
 
@@ -66,8 +75,8 @@ fn tiny_model_run(
     let file = spec.build();
     let cpu = Model::from_gguf_bytes(&file[..]).unwrap();
     let gpu = GpuModel::upload(Arc::clone(ctx), &cpu).unwrap();
-    let mut cpu_session = cpu.session(96).unwrap();
     let mut gpu_session = gpu.session(96).unwrap();
+    let mut cpu_session = cpu.session_with(96, gpu_session.kv_precision()).unwrap();
     let prompt: Vec<u32> = (0..70).map(|i| 3 + (i * 37) % 200).collect();
     let mut next = prompt;
     let mut logits = Vec::new();
@@ -123,21 +132,21 @@ fn tiny_models_split_into_row_chunks_give_the_unsplit_logits() {
                 assert!(same, "{what} step {step}: split logits differ from unsplit");
             }
             // Five submissions (the 70-token prompt's chunks of 64 and 6, then 3 decode
-            // steps) of the embedding and 2 layers of 15, and four of them end with the norm
+            // steps) of the embedding and 2 layers of 16, and four of them end with the norm
             // and the logits. Split, the 265x64 embedding (67,840 bytes) takes 6 dispatches
             // (5 x 50 + 15 rows) and, per layer, wq and wo (64 rows) 2, w_gate and w_up (128
-            // rows: 50 + 50 + 28) 3, w_down (64 rows: 25 + 25 + 14) 3, 8 more than 15; the
+            // rows: 50 + 50 + 28) 3, w_down (64 rows: 25 + 25 + 14) 3, 8 more than 16; the
             // output, tied or not, 6. A token's attention scores (4 heads x 96 positions x
             // 4 B = 1,536 bytes) make prefill chunks of 8 under the cap, so the prompt is 9
             // submissions (8 x 8 + 6).
             assert_eq!(
                 whole_counters.dispatches,
-                5 * (1 + 2 * 15) + 4 * 2,
+                5 * (1 + 2 * 16) + 4 * 2,
                 "{what}"
             );
             assert_eq!(
                 chunked_counters.dispatches,
-                (9 + 3) * (6 + 2 * (15 + 8)) + 4 * (1 + 6),
+                (9 + 3) * (6 + 2 * (16 + 8)) + 4 * (1 + 6),
                 "{what}"
             );
         }
@@ -159,73 +168,121 @@ fn reference_model_prefill_logits_and_greedy_tokens_match_the_cpu() {
         true,
     );
     const STEPS: usize = 16;
-    let mut cpu_session = cpu.session(128).unwrap();
-    let cpu_prefill = cpu.forward(&mut cpu_session, &prompt).unwrap();
-    let mut cpu_tokens = vec![argmax(&cpu_prefill)];
-    for _ in 1..STEPS {
-        let c = cpu
-            .forward(&mut cpu_session, &cpu_tokens[cpu_tokens.len() - 1..])
-            .unwrap();
-        cpu_tokens.push(argmax(&c));
-    }
+    // The CPU path (exact f32) and the twin of an f16 cache: prefill logits, greedy tokens.
+    let cpu_run = |precision: KvPrecision| {
+        let mut session = cpu.session_with(128, precision).unwrap();
+        let prefill = cpu.forward(&mut session, &prompt).unwrap();
+        let mut tokens = vec![argmax(&prefill)];
+        for _ in 1..STEPS {
+            let c = cpu
+                .forward(&mut session, &tokens[tokens.len() - 1..])
+                .unwrap();
+            tokens.push(argmax(&c));
+        }
+        (prefill, tokens)
+    };
+    let (cpu_prefill, cpu_tokens) = cpu_run(KvPrecision::F32);
+    let f16_twin = cpu_run(KvPrecision::F16);
     eprintln!(
         "greedy: {:?}",
         String::from_utf8_lossy(&tokenizer.decode(&cpu_tokens, false))
     );
-    // The f32 variant's prefill logits, which the others are also compared with.
-    let mut f32_prefill: Option<Vec<f32>> = None;
+    // The first variant's prefill logits of each cache precision, which the later variants
+    // of that precision are also compared with.
+    let mut first_prefill: Vec<(KvPrecision, Vec<f32>)> = Vec::new();
     for ctx in contexts() {
         let variant = ctx.variant().name();
+        let precision = ctx.kv_precision();
+        let (twin_prefill, twin_tokens) = match precision {
+            KvPrecision::F32 => (&cpu_prefill, &cpu_tokens),
+            KvPrecision::F16 => (&f16_twin.0, &f16_twin.1),
+        };
         let (g, gpu_tokens, whole_counters) = reference_run(&ctx, &cpu, &prompt, STEPS);
-        let err = relative_error(&g, &cpu_prefill);
-        let vs_f32 = f32_prefill.as_ref().map(|f| relative_error(&g, f));
-        let vs_f32_text = vs_f32.map_or("-".to_owned(), |e| format!("{e:.2e}"));
+        let err = relative_error(&g, twin_prefill);
+        let exact = relative_error(&g, &cpu_prefill);
+        let first = first_prefill.iter().find(|(p, _)| *p == precision);
+        let vs_first = first.map(|(_, f)| relative_error(&g, f));
+        let vs_first_text = vs_first.map_or("-".to_owned(), |e| format!("{e:.2e}"));
         eprintln!(
-            "{variant}: prefill of {} tokens: relative logit error {err:.2e} (vs the f32 \
-             variant: {vs_f32_text})",
+            "{variant} ({precision:?} cache): prefill of {} tokens: relative logit error \
+             {err:.2e} against its CPU twin, {exact:.2e} against the exact-f32 CPU path \
+             (vs the first variant with this cache: {vs_first_text})",
             prompt.len()
         );
-        assert!(err < 1e-4, "{variant} prefill: relative logit error {err}");
-        if let Some(vs_f32) = vs_f32 {
+        let bound = match precision {
+            KvPrecision::F32 => 1e-4,
+            KvPrecision::F16 => 1e-3,
+        };
+        assert!(err < bound, "{variant} prefill: relative logit error {err}");
+        assert!(
+            exact < 1e-3,
+            "{variant} prefill: {exact} from the f32 CPU path"
+        );
+        assert_eq!(argmax(&g), argmax(&cpu_prefill), "{variant}: top-1 differs");
+        if let Some(vs_first) = vs_first {
             assert!(
-                vs_f32 < 1e-4,
-                "{variant} prefill vs f32: relative error {vs_f32}"
+                vs_first < bound,
+                "{variant} prefill vs the first variant: relative error {vs_first}"
             );
         }
-        assert_eq!(gpu_tokens, cpu_tokens, "{variant}: greedy tokens differ");
+        assert_eq!(&gpu_tokens, twin_tokens, "{variant}: greedy tokens differ");
+        assert_eq!(
+            gpu_tokens, cpu_tokens,
+            "{variant}: greedy tokens differ from the f32 CPU path's"
+        );
 
-        // 200,000 bytes holds 555 of the 360-byte Q4_1 rows of the 576 columns wide
-        // matrices, 208 of w_down's 960-byte ones (1,536 columns) and 308 of token_embd's
-        // (Q8_0, 648 bytes a row as uploaded): token_embd (49,152 rows, 31.9 MB) splits in
-        // 160 chunks (159 x 308 + 180), wq and wo (576 rows) in 2, w_gate and w_up (1,536
-        // rows: 555 + 555 + 426) in 3, w_down (576 rows: 208 + 208 + 160) in 3. The KV cache
-        // (128 x 192 x 4 = 98,304 bytes) and the logits (196,608) still fit.
-        let split = capped(&ctx, 200_000);
-        let (split_prefill, split_tokens, split_counters) =
-            reference_run(&split, &cpu, &prompt, STEPS);
-        let same = g
-            .iter()
-            .zip(&split_prefill)
-            .all(|(a, b)| a.to_bits() == b.to_bits());
-        assert!(same, "{variant}: split prefill logits differ from unsplit");
-        assert_eq!(
-            split_tokens, cpu_tokens,
-            "{variant}: split greedy tokens differ"
-        );
-        // Each of the 16 forward calls (the prompt is one chunk) unsplit: 1 + 30 x 15 + 2.
-        // Split: 160 for the embedding, 30 x (15 + 8), the norm and 160 for the tied logits.
-        eprintln!(
-            "{variant}: dispatches per forward call: {} unsplit, {} split",
-            whole_counters.dispatches / STEPS as u64,
-            split_counters.dispatches / STEPS as u64
-        );
-        assert_eq!(whole_counters.dispatches, STEPS as u64 * 453);
-        assert_eq!(
-            split_counters.dispatches,
-            STEPS as u64 * (160 + 30 * (15 + 8) + 1 + 160)
-        );
-        f32_prefill.get_or_insert(g);
+        // Each of the 16 forward calls (the prompt is one chunk): 1 + 30 x 16 + 2.
+        assert_eq!(whole_counters.dispatches, STEPS as u64 * 483);
+        // Split runs for f32 and f16+subgroups only: each feature's branch is split once (a
+        // split run of the 135M model takes 25 s on lavapipe).
+        let v = ctx.variant();
+        if v.f16 == v.subgroups {
+            split_reference_run(&ctx, &cpu, &prompt, STEPS, &g, &cpu_tokens);
+        }
+        if first.is_none() {
+            first_prefill.push((precision, g));
+        }
     }
+}
+
+/// The reference run under a 200,000-byte binding cap: the same prefill logits bit for bit
+/// as the unsplit run's `unsplit_prefill`, the same greedy tokens.
+fn split_reference_run<B: AsRef<[u8]>>(
+    ctx: &Arc<Context>,
+    cpu: &Model<B>,
+    prompt: &[u32],
+    steps: usize,
+    unsplit_prefill: &[f32],
+    cpu_tokens: &[u32],
+) {
+    let variant = ctx.variant().name();
+    // 200,000 bytes holds 555 of the 360-byte Q4_1 rows of the 576 columns wide matrices,
+    // 208 of w_down's 960-byte ones (1,536 columns) and 308 of token_embd's (Q8_0, 648
+    // bytes a row as uploaded): token_embd (49,152 rows, 31.9 MB) splits in 160 chunks
+    // (159 x 308 + 180), wq and wo (576 rows) in 2, w_gate and w_up (1,536 rows: 555 + 555
+    // + 426) in 3, w_down (576 rows: 208 + 208 + 160) in 3. The KV cache (128 x 192 x 4 =
+    // 98,304 bytes in f32) and the logits (196,608) still fit.
+    let split = capped(ctx, 200_000);
+    let (split_prefill, split_tokens, split_counters) = reference_run(&split, cpu, prompt, steps);
+    let same = unsplit_prefill
+        .iter()
+        .zip(&split_prefill)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "{variant}: split prefill logits differ from unsplit");
+    assert_eq!(
+        split_tokens, cpu_tokens,
+        "{variant}: split greedy tokens differ"
+    );
+    // Per forward call: 160 for the embedding, 30 x (16 + 8), the norm and 160 for the
+    // tied logits.
+    eprintln!(
+        "{variant}: dispatches per forward call: 483 unsplit, {} split",
+        split_counters.dispatches / steps as u64
+    );
+    assert_eq!(
+        split_counters.dispatches,
+        steps as u64 * (160 + 30 * (16 + 8) + 1 + 160)
+    );
 }
 
 /// Prefill of `prompt` on `ctx` and greedy decoding to `steps` tokens: the prefill logits,

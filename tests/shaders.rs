@@ -76,7 +76,7 @@ fn every_variant_of_every_shader_validates_with_naga() {
             checked += 1;
         }
     }
-    assert!(checked >= 4 * 9, "only {checked} shader variants checked");
+    assert!(checked >= 4 * 10, "only {checked} shader variants checked");
 }
 
 #[test]
@@ -107,6 +107,38 @@ fn the_hot_kernels_have_a_subgroup_variant() {
         );
         if plain != subgroups {
             assert!(subgroups.contains("subgroupAdd") || subgroups.contains("subgroupMax"));
+        }
+    }
+}
+
+#[test]
+fn the_kv_cache_kernels_have_an_f16_variant() {
+    // `shader-f16` stores the KV cache as f16: the kernel that writes it and the one that
+    // reads it must both change, and nothing else (the rest of the forward pass is f32 on
+    // every device, so its tolerances hold unchanged).
+    let f16_kernels = ["attention", "kv_store"];
+    for (name, source) in shaders() {
+        let stem = Path::new(&name).file_stem().unwrap().to_str().unwrap();
+        let plain = specialize(&source, Variant::default()).unwrap();
+        let f16 = specialize(
+            &source,
+            Variant {
+                f16: true,
+                ..Variant::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            f16_kernels.contains(&stem),
+            plain != f16,
+            "{name}: has an f16 variant unlike the KV cache kernels' list"
+        );
+        if plain != f16 {
+            assert!(f16.contains("enable f16;") && f16.contains("array<KvElement>"));
+            assert!(
+                !plain.contains("enable f16"),
+                "{name}: the f32 variant enables f16"
+            );
         }
     }
 }

@@ -4,7 +4,7 @@
 //! variant the adapter runs (f32, and with `shader-f16` / subgroups where it has them) must
 //! meet the same ones.
 
-use super::ops::AttentionShape;
+use super::ops::{attention_params, AttentionShape};
 use super::Context;
 use crate::model;
 
@@ -216,10 +216,121 @@ fn cpu_attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec<
     out
 }
 
+/// A layer's K and V caches holding `k` and `v` (all `shape.capacity` positions), written by
+/// the kv_store kernel: f16 on a device with `shader-f16`.
+fn kv_caches(
+    ctx: &Context,
+    shape: AttentionShape,
+    k: &[f32],
+    v: &[f32],
+) -> (wgpu::Buffer, wgpu::Buffer) {
+    let kv = shape.kv_heads * shape.head_dim;
+    let caches = (
+        ctx.kv_cache_buffer("test.k_cache", shape.capacity, kv),
+        ctx.kv_cache_buffer("test.v_cache", shape.capacity, kv),
+    );
+    let whole = AttentionShape {
+        pos0: 0,
+        tokens: shape.capacity,
+        ..shape
+    };
+    let uniform = ctx.params_buffer("test.kv_store", &attention_params(whole));
+    let mut enc = encoder(ctx);
+    let buffers = (&buffer(ctx, k), &buffer(ctx, v), &caches.0, &caches.1);
+    pollster::block_on(ctx.record_kv_store(&mut enc, buffers, &uniform, whole)).unwrap();
+    ctx.queue.submit([enc.finish()]);
+    caches
+}
+
+/// `values` as the cache stores them: rounded to the nearest f16 on a `shader-f16` device.
+fn as_cached(ctx: &Context, values: &[f32]) -> Vec<f32> {
+    if !ctx.variant().f16 {
+        return values.to_vec();
+    }
+    let round = |x: f32| crate::quant::f16_to_f32(crate::quant::f32_to_f16(x));
+    values.iter().map(|&x| round(x)).collect()
+}
+
+#[test]
+fn kv_store_writes_each_chunk_at_its_positions() {
+    // Tolerance: f32 caches hold the values bit for bit; f16 ones within one f16 step of
+    // the value (WGSL's f16(x) may round to either neighbour), so at most 2^-10 of |x|.
+    for ctx in contexts() {
+        let ctx = &ctx;
+        let variant = ctx.variant().name();
+        let mut rng = Rng(6);
+        // kv_width 3 x 5 = 15: odd, so the f16 cache ends in a half word.
+        let (kv_heads, head_dim, capacity) = (3, 5, 13);
+        let kv = kv_heads * head_dim;
+        let caches = (
+            ctx.kv_cache_buffer("test.k_cache", capacity, kv),
+            ctx.kv_cache_buffer("test.v_cache", capacity, kv),
+        );
+        let mut want_k = vec![0f32; capacity * kv];
+        let mut want_v = vec![0f32; capacity * kv];
+        // A prefill chunk, then decode steps: each write lands after the last.
+        for (pos0, tokens) in [(0, 9), (9, 1), (10, 3)] {
+            let shape = AttentionShape {
+                heads: kv_heads,
+                kv_heads,
+                head_dim,
+                pos0,
+                tokens,
+                capacity,
+            };
+            let (k, v) = (rng.values(tokens * kv), rng.values(tokens * kv));
+            want_k[pos0 * kv..][..tokens * kv].copy_from_slice(&k);
+            want_v[pos0 * kv..][..tokens * kv].copy_from_slice(&v);
+            let uniform = ctx.params_buffer("test.kv_store", &attention_params(shape));
+            let mut enc = encoder(ctx);
+            let buffers = (&buffer(ctx, &k), &buffer(ctx, &v), &caches.0, &caches.1);
+            pollster::block_on(ctx.record_kv_store(&mut enc, buffers, &uniform, shape)).unwrap();
+            ctx.queue.submit([enc.finish()]);
+        }
+        for (cache, want, what) in [(&caches.0, &want_k, "k"), (&caches.1, &want_v, "v")] {
+            let readback = ctx.readback_buffer("test.readback", cache.size());
+            let mut enc = encoder(ctx);
+            enc.copy_buffer_to_buffer(cache, 0, &readback, 0, cache.size());
+            ctx.queue.submit([enc.finish()]);
+            let bytes = pollster::block_on(ctx.read_buffer(&readback)).unwrap();
+            let got: Vec<f32> = if ctx.variant().f16 {
+                assert_eq!(bytes.len(), (capacity * kv * 2).next_multiple_of(4));
+                bytes
+                    .chunks_exact(2)
+                    .take(capacity * kv)
+                    .map(|h| crate::quant::f16_to_f32(u16::from_le_bytes([h[0], h[1]])))
+                    .collect()
+            } else {
+                bytemuck::cast_slice(&bytes).to_vec()
+            };
+            let exact = as_cached(ctx, want);
+            let rounded = got.iter().zip(&exact).filter(|(g, e)| g != e).count();
+            for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+                let bound = if ctx.variant().f16 {
+                    w.abs() / 1024.0
+                } else {
+                    0.0
+                };
+                assert!(
+                    (g - w).abs() <= bound,
+                    "kv_store ({variant}) {what}[{i}]: {g} for {w}"
+                );
+            }
+            eprintln!(
+                "kv_store ({variant}) {what}: {} values, {rounded} not rounded to nearest even",
+                got.len()
+            );
+        }
+    }
+}
+
 #[test]
 fn attention_matches_cpu_for_prefill_and_decode() {
     // Tolerance: 1e-5 relative to sum_p w_p |v_p| (the output's scale) + 1e-6: softmax and
-    // the weighted sum run in a different order and with a different exp.
+    // the weighted sum run in a different order and with a different exp. The CPU twin
+    // reads K and V as the cache holds them (rounded to f16 on a `shader-f16` device), so
+    // the bound is the same for every variant; what the f16 cache itself changes is
+    // measured on the whole model (tests/gpu_model.rs).
     for ctx in contexts() {
         let ctx = &ctx;
         let mut rng = Rng(4);
@@ -236,19 +347,15 @@ fn attention_matches_cpu_for_prefill_and_decode() {
             let q = rng.values(tokens * shape.heads * shape.head_dim);
             let k = rng.values(shape.capacity * kv);
             let v = rng.values(shape.capacity * kv);
-            let cpu = cpu_attention(shape, &q, &k, &v);
-            let v_abs: Vec<f32> = v.iter().map(|x| x.abs()).collect();
-            let scale = cpu_attention(shape, &q, &k, &v_abs);
+            let (k_cached, v_cached) = (as_cached(ctx, &k), as_cached(ctx, &v));
+            let cpu = cpu_attention(shape, &q, &k_cached, &v_cached);
+            let v_abs: Vec<f32> = v_cached.iter().map(|x| x.abs()).collect();
+            let scale = cpu_attention(shape, &q, &k_cached, &v_abs);
             let out = buffer(ctx, &vec![0.0; cpu.len()]);
             let scores = buffer(ctx, &vec![0.0; tokens * shape.heads * shape.capacity]);
+            let (k_cache, v_cache) = kv_caches(ctx, shape, &k, &v);
             let mut enc = encoder(ctx);
-            let bufs = (
-                &buffer(ctx, &q),
-                &buffer(ctx, &k),
-                &buffer(ctx, &v),
-                &scores,
-                &out,
-            );
+            let bufs = (&buffer(ctx, &q), &k_cache, &v_cache, &scores, &out);
             pollster::block_on(ctx.record_attention(&mut enc, bufs, shape)).unwrap();
             let gpu = finish(ctx, enc, &out);
             assert_close(

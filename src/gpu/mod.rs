@@ -9,7 +9,10 @@
 //! Every kernel has a core-WebGPU f32 path (SwiftShader has no `shader-f16`, browsers expose no
 //! subgroups through wgpu 30). When the adapter has `shader-f16` or subgroups, the device is
 //! opened with them ([`ContextOptions`] can decline either) and the kernels that have such a
-//! variant use it: the same results within the same tolerances, fewer barriers.
+//! variant use it. Subgroups: the same results within the same tolerances, fewer barriers.
+//! `shader-f16`: the KV cache holds f16 ([`crate::model::KvPrecision::F16`], half the memory
+//! and half of attention's reads); its CPU twin rounds the cache the same way, and the whole
+//! model stays within a stated bound of the exact-f32 path (`tests/gpu_model.rs`).
 
 #[cfg(test)]
 mod kernel_tests;
@@ -133,7 +136,7 @@ pub(crate) struct Kernel {
 }
 
 /// Every shader's source ([`Context::every_variant`] compares their variants).
-const KERNEL_SOURCES: [&str; 9] = [
+const KERNEL_SOURCES: [&str; 10] = [
     mask::SOURCE,
     matvec::MATVEC.source,
     matvec::EMBEDDING.source,
@@ -142,6 +145,7 @@ const KERNEL_SOURCES: [&str; 9] = [
     ops::SILU_MUL.source,
     ops::ADD.source,
     ops::ATTENTION.source,
+    ops::KV_STORE.source,
     sample::SAMPLE.source,
 ];
 
@@ -164,7 +168,7 @@ impl Context {
 
     /// One context per variant this adapter can run whose kernels differ from the variants
     /// before it, the f32 one first: how the tests run each kernel every way on the same
-    /// adapter. (No kernel has an f16 branch yet, so on lavapipe that is f32 and subgroups.)
+    /// adapter (on lavapipe all four: f32, f16, subgroups, f16+subgroups).
     pub async fn every_variant() -> Result<Vec<Self>> {
         let mut contexts = Vec::new();
         let mut built: Vec<Vec<String>> = Vec::new();

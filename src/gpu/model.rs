@@ -2,10 +2,10 @@
 //! kernel per step of it, with the weights uploaded once and the KV cache kept on the GPU.
 //!
 //! A call to [`Model::forward`] records every layer of a chunk of up to [`MAX_CHUNK`] tokens
-//! into one command encoder and submits it once; per layer that is 15 dispatches and two
-//! buffer copies (K and V into the cache), so a SmolLM2-135M (30 layers) decode step is
-//! 1 + 30 x 15 + 2 = 453 dispatches, and one more to sample ([`Session::counters`] counts
-//! them). A matrix split for the adapter's binding limit ([`Matrix::chunks`]) takes one
+//! into one command encoder and one compute pass and submits it once; per layer that is 16
+//! dispatches (one of them stores K and V into the cache, f16 on a device with `shader-f16`),
+//! so a SmolLM2-135M (30 layers) decode step is 1 + 30 x 16 + 2 = 483 dispatches, and one
+//! more to sample ([`Session::counters`] counts them). A matrix split for the adapter's binding limit ([`Matrix::chunks`]) takes one
 //! dispatch per chunk in place of its one, and prefill chunks shrink until each scratch
 //! buffer fits one binding ([`Model::chunk_for`]). The dispatches of a chunk length are
 //! prepared once per session (a [`Plan`]: its bind groups and uniforms), so a decode step
@@ -24,7 +24,7 @@ use super::sample::{check_some_allowed, sample_params, token_of, SampleBuffers, 
 use super::{Context, ErrorScope, Matrix};
 use crate::error::{Error, Result};
 use crate::mask;
-use crate::model::{self, Config};
+use crate::model::{self, Config, KvPrecision};
 use crate::sampling::DeviceSampling;
 use crate::vocab::TokenId;
 
@@ -83,6 +83,8 @@ pub struct Session {
     tokens: Vec<TokenId>,
     k_cache: Vec<wgpu::Buffer>,
     v_cache: Vec<wgpu::Buffer>,
+    /// F16 on a device with `shader-f16` ([`Context::kv_cache_buffer`]).
+    kv_precision: KvPrecision,
     scratch: Scratch,
     /// Prepared forward passes by chunk length (at most [`MAX_PLANS`]).
     plans: Vec<Plan>,
@@ -126,8 +128,8 @@ struct Plan {
     tokens: usize,
     /// One per row chunk of the token embedding.
     embedding: Vec<Dispatch>,
-    /// Per layer: the dispatches before the K/V copies into the cache and those after.
-    layers: Vec<(Vec<Dispatch>, Vec<Dispatch>)>,
+    /// Each layer's dispatches, in order.
+    layers: Vec<Vec<Dispatch>>,
     /// The final norm and the logits of the last position.
     head: Vec<Dispatch>,
     attention_params: wgpu::Buffer,
@@ -184,6 +186,12 @@ impl Session {
     /// What this session has asked of the GPU so far.
     pub fn counters(&self) -> Counters {
         self.counters
+    }
+
+    /// How its KV cache holds keys and values: the CPU twin of this session is
+    /// [`crate::model::Model::session_with`] this precision.
+    pub fn kv_precision(&self) -> KvPrecision {
+        self.kv_precision
     }
 }
 
@@ -320,7 +328,7 @@ impl Model {
         }
         let ctx = &self.ctx;
         let kv = c.kv_dim();
-        let cache_bytes = (context * kv * 4) as u64;
+        let cache_bytes = (context * kv * ctx.kv_element_bytes()) as u64;
         ctx.check_binding_size("a layer's KV cache", "max_tokens", cache_bytes)?;
         let chunk = self.chunk_for(context)?;
         let zeros = |label: &str, floats: usize| {
@@ -329,7 +337,7 @@ impl Model {
         };
         let cache = |what: &str| -> Vec<wgpu::Buffer> {
             (0..c.n_layer)
-                .map(|i| zeros(&format!("blk.{i}.{what}_cache"), context * kv))
+                .map(|i| ctx.kv_cache_buffer(&format!("blk.{i}.{what}_cache"), context, kv))
                 .collect()
         };
         let t = chunk;
@@ -360,6 +368,7 @@ impl Model {
             tokens: Vec::new(),
             k_cache: cache("k"),
             v_cache: cache("v"),
+            kv_precision: ctx.kv_precision(),
             scratch,
             plans: Vec::new(),
             sample: ctx.sample_buffers(c.n_vocab)?,
@@ -585,29 +594,26 @@ impl Model {
                 .await?;
             ctx.record_rope(&mut e, (&s.k, &s.cos, &s.sin), c.n_head_kv, hd, rd, t)
                 .await?;
-            let mut a = Vec::new();
-            let buffers = (
-                &s.q,
-                &session.k_cache[li],
-                &session.v_cache[li],
-                &s.scores,
-                &s.att,
-            );
-            ctx.record_attention_with(&mut a, buffers, &attention_uniform, shape)
+            let caches = (&session.k_cache[li], &session.v_cache[li]);
+            let stored = (&s.k, &s.v, caches.0, caches.1);
+            ctx.record_kv_store(&mut e, stored, &attention_uniform, shape)
                 .await?;
-            ctx.record_matvec(&mut a, &l.wo, &s.att, &s.proj, t).await?;
-            ctx.record_add(&mut a, &s.x, &s.proj, t * d).await?;
-            ctx.record_rms_norm(&mut a, (&s.x, &l.ffn_norm, &s.h), d, t, c.rms_eps)
+            let buffers = (&s.q, caches.0, caches.1, &s.scores, &s.att);
+            ctx.record_attention_with(&mut e, buffers, &attention_uniform, shape)
                 .await?;
-            ctx.record_matvec(&mut a, &l.w_gate, &s.h, &s.gate, t)
+            ctx.record_matvec(&mut e, &l.wo, &s.att, &s.proj, t).await?;
+            ctx.record_add(&mut e, &s.x, &s.proj, t * d).await?;
+            ctx.record_rms_norm(&mut e, (&s.x, &l.ffn_norm, &s.h), d, t, c.rms_eps)
                 .await?;
-            ctx.record_matvec(&mut a, &l.w_up, &s.h, &s.up, t).await?;
-            ctx.record_silu_mul(&mut a, &s.gate, &s.up, t * c.n_ff)
+            ctx.record_matvec(&mut e, &l.w_gate, &s.h, &s.gate, t)
                 .await?;
-            ctx.record_matvec(&mut a, &l.w_down, &s.gate, &s.proj, t)
+            ctx.record_matvec(&mut e, &l.w_up, &s.h, &s.up, t).await?;
+            ctx.record_silu_mul(&mut e, &s.gate, &s.up, t * c.n_ff)
                 .await?;
-            ctx.record_add(&mut a, &s.x, &s.proj, t * d).await?;
-            layers.push((e, a));
+            ctx.record_matvec(&mut e, &l.w_down, &s.gate, &s.proj, t)
+                .await?;
+            ctx.record_add(&mut e, &s.x, &s.proj, t * d).await?;
+            layers.push(e);
         }
         let mut head = Vec::new();
         ctx.record_rms_norm(
@@ -641,7 +647,7 @@ impl Model {
         let ctx = &self.ctx;
         let c = &self.config;
         let t = tokens.len();
-        let (d, kv) = (c.n_embd, c.kv_dim());
+        let d = c.n_embd;
         let pos0 = session.pos;
         let (cos, sin) = model::rope_table(c, pos0, t);
         let plan_index = self.plan_for(session, t).await?;
@@ -672,27 +678,15 @@ impl Model {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("forward"),
             });
-        let kv_offset = (pos0 * kv * 4) as u64;
-        let kv_bytes = (t * kv * 4) as u64;
         let mut dispatches = plan.embedding.len();
-        // One compute pass between consecutive copies: the embedding and layer 0's first
-        // half, then each layer's second half with the next layer's first half.
         let mut pass = e.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("forward"),
             timestamp_writes: None,
         });
         plan.embedding.iter().for_each(|d| d.encode(&mut pass));
-        for (li, (before, after)) in plan.layers.iter().enumerate() {
-            before.iter().for_each(|d| d.encode(&mut pass));
-            drop(pass);
-            e.copy_buffer_to_buffer(&s.k, 0, &session.k_cache[li], kv_offset, kv_bytes);
-            e.copy_buffer_to_buffer(&s.v, 0, &session.v_cache[li], kv_offset, kv_bytes);
-            pass = e.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("forward"),
-                timestamp_writes: None,
-            });
-            after.iter().for_each(|d| d.encode(&mut pass));
-            dispatches += before.len() + after.len();
+        for layer in &plan.layers {
+            layer.iter().for_each(|d| d.encode(&mut pass));
+            dispatches += layer.len();
         }
         drop(pass);
         if let Some(tail) = tail {

@@ -6,12 +6,14 @@
 
 use super::{entry, kernel, Context, Kernel};
 use crate::error::Result;
+use crate::model::KvPrecision;
 
 pub(crate) const RMS_NORM: Kernel = kernel!("rms_norm");
 pub(crate) const ROPE: Kernel = kernel!("rope");
 pub(crate) const SILU_MUL: Kernel = kernel!("silu_mul");
 pub(crate) const ADD: Kernel = kernel!("add");
 pub(crate) const ATTENTION: Kernel = kernel!("attention");
+pub(crate) const KV_STORE: Kernel = kernel!("kv_store");
 
 /// Invocations per workgroup in every kernel of this module.
 const WORKGROUP: u32 = 64;
@@ -223,6 +225,14 @@ pub(crate) fn attention_params(shape: AttentionShape) -> [u32; 8] {
     ]
 }
 
+/// kv_store's buffers: the chunk's K and V, and the layer's K and V caches.
+pub(crate) type KvStoreBuffers<'a> = (
+    &'a wgpu::Buffer,
+    &'a wgpu::Buffer,
+    &'a wgpu::Buffer,
+    &'a wgpu::Buffer,
+);
+
 /// The attention kernel's buffers: q, the layer's K and V caches, the scores scratch, out.
 pub(crate) type AttentionBuffers<'a> = (
     &'a wgpu::Buffer,
@@ -244,6 +254,54 @@ impl Context {
         let uniform = self.params_buffer("attention.params", &attention_params(shape));
         self.record_attention_with(encoder, buffers, &uniform, shape)
             .await
+    }
+
+    /// Writes `shape.tokens` positions of K and V (f32) into a layer's caches at
+    /// `shape.pos0`, in the cache's element type ([`Context::kv_cache_buffer`]); `uniform`
+    /// holds [`attention_params`] of `shape` (the attention kernel's, so one uniform written
+    /// per step serves both).
+    pub(crate) async fn record_kv_store(
+        &self,
+        encoder: &mut impl Sink,
+        (k, v, k_cache, v_cache): KvStoreBuffers<'_>,
+        uniform: &wgpu::Buffer,
+        shape: AttentionShape,
+    ) -> Result<()> {
+        let n = (shape.tokens * shape.kv_heads * shape.head_dim) as u32;
+        let groups = (n.div_ceil(WORKGROUP), 1, 1);
+        let buffers = [k, v, k_cache, v_cache];
+        self.record_with_uniform(encoder, KV_STORE, &buffers, uniform, &[], groups)
+            .await
+    }
+
+    /// A layer's K or V cache of `positions` x `kv_width` elements: f16 on a device with
+    /// `shader-f16` (half the memory and half the attention kernel's reads of it), f32
+    /// otherwise. The size is rounded up to whole words.
+    pub(crate) fn kv_cache_buffer(
+        &self,
+        label: &str,
+        positions: usize,
+        kv_width: usize,
+    ) -> wgpu::Buffer {
+        let bytes = (positions * kv_width * self.kv_element_bytes()).next_multiple_of(4);
+        self.storage_buffer(label, &vec![0; bytes], wgpu::BufferUsages::COPY_SRC)
+    }
+
+    /// How this device's KV caches hold keys and values: f16 with `shader-f16`, else f32.
+    pub fn kv_precision(&self) -> KvPrecision {
+        if self.variant().f16 {
+            KvPrecision::F16
+        } else {
+            KvPrecision::F32
+        }
+    }
+
+    /// Bytes per element of a KV cache on this device.
+    pub(crate) fn kv_element_bytes(&self) -> usize {
+        match self.kv_precision() {
+            KvPrecision::F16 => 2,
+            KvPrecision::F32 => 4,
+        }
     }
 
     /// [`Context::record_attention`] reading its parameters from `uniform`

@@ -8,6 +8,8 @@
 //! Numerics: weights are dequantized exactly ([`crate::quant`]), activations and the KV cache
 //! are f32, so this is the exact-f32 reference every faster path is checked against.
 //! llama.cpp differs from it by design (8-bit activations in quantized dot products, f16 K/V).
+//! A session may round its cache to f16 instead ([`KvPrecision::F16`]): the twin of the GPU
+//! path's cache on a `shader-f16` device.
 //!
 //! Memory: the weights stay in the caller's bytes ([`Model`] is generic over the owner, so a
 //! `&[u8]` of a file or an owned `Vec<u8>` both work); only the RMSNorm vectors (n_layer × 2
@@ -38,7 +40,7 @@ pub use weights::Matrix;
 
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};
-use crate::quant::{dot_f32_with, madd};
+use crate::quant::{self, dot_f32_with, madd};
 use crate::vocab::TokenId;
 use multiversion::multiversion;
 use multiversion::target::target_cfg_f;
@@ -167,12 +169,24 @@ pub struct Model<B> {
     threads: usize,
 }
 
+/// How a session's KV cache holds keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvPrecision {
+    /// As computed: the CPU path's cache.
+    #[default]
+    F32,
+    /// Rounded to the nearest f16, as the GPU path stores them on a device with
+    /// `shader-f16` (`shaders/kv_store.wgsl`): on the CPU, that cache's numerical twin.
+    F16,
+}
+
 /// Per-sequence state: the KV cache and the number of positions filled.
 #[derive(Debug, Clone)]
 pub struct Session {
     /// Per layer, `capacity × kv_dim` keys then values.
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
+    precision: KvPrecision,
     capacity: usize,
     pos: usize,
     tokens: Vec<TokenId>,
@@ -192,6 +206,11 @@ impl Session {
     /// The context this session was sized for.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// How its KV cache holds keys and values.
+    pub fn kv_precision(&self) -> KvPrecision {
+        self.precision
     }
 
     /// The tokens evaluated so far.
@@ -285,6 +304,11 @@ impl<B: AsRef<[u8]>> Model<B> {
 
     /// A session whose KV cache holds `context` positions (at most the model's context).
     pub fn session(&self, context: usize) -> Result<Session> {
+        self.session_with(context, KvPrecision::F32)
+    }
+
+    /// [`Model::session`] with its KV cache holding keys and values at `precision`.
+    pub fn session_with(&self, context: usize, precision: KvPrecision) -> Result<Session> {
         let c = &self.config;
         if context == 0 || context > c.context_length {
             return Err(Error::limit_exceeded(format!(
@@ -297,6 +321,7 @@ impl<B: AsRef<[u8]>> Model<B> {
         Ok(Session {
             k: (0..c.n_layer).map(|_| vec![0.0; per_layer]).collect(),
             v: (0..c.n_layer).map(|_| vec![0.0; per_layer]).collect(),
+            precision,
             capacity: context,
             pos: 0,
             tokens: Vec::new(),
@@ -408,8 +433,14 @@ impl<B: AsRef<[u8]>> Model<B> {
                 }
             }
             let (kc, vc) = (&mut session.k[li], &mut session.v[li]);
-            kc[pos0 * kv..(pos0 + t) * kv].copy_from_slice(&k);
-            vc[pos0 * kv..(pos0 + t) * kv].copy_from_slice(&v);
+            let stored = pos0 * kv..(pos0 + t) * kv;
+            kc[stored.clone()].copy_from_slice(&k);
+            vc[stored.clone()].copy_from_slice(&v);
+            if session.precision == KvPrecision::F16 {
+                let round = |x: &mut f32| *x = quant::f16_to_f32(quant::f32_to_f16(*x));
+                kc[stored.clone()].iter_mut().for_each(round);
+                vc[stored].iter_mut().for_each(round);
+            }
             for i in 0..t {
                 let n_ctx = pos0 + i + 1; // causal: this token sees positions 0..=pos0+i
                 for hq in 0..c.n_head {
