@@ -46,12 +46,12 @@ POOT_GPU_DISABLE= "$POOT" bench --model "$MODEL" --backend gpu --prompt-tokens "
 node - "$ROWS" <<'JS'
 const rows = require("fs").readFileSync(process.argv[2], "utf8").trim().split("\n").map((l) => JSON.parse(l));
 const f = (x, d = 2) => (x === undefined ? "" : Number(x).toFixed(d));
-console.log("\n| backend | kernels | what | tok/s | step ms median | step ms p99 | dispatches/token | submissions/token | bytes read back/token |");
-console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+console.log("\n| backend | kernels | what | tok/s | step ms median | step ms p99 | dispatches/token | submissions/token | bytes read back/token | KV cache bytes/position |");
+console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
 for (const r of rows.filter((r) => r.what !== "constrained decode")) {
   const what = r.what === "prefill" ? `prefill ${r.tokens} tokens (median of ${r.runs})` : `decode ${r.tokens} tokens, ${r.how}`;
   const median = r.what === "prefill" ? r.ms_median / r.tokens : r.step_ms_median;
-  console.log(`| ${r.backend} | ${r.kernels ?? ""} | ${what} | ${f(r.tok_s, 3)} | ${f(median, 1)} | ${f(r.step_ms_p99, 1)} | ${f(r.dispatches_per_token, 0)} | ${f(r.submissions_per_token, 0)} | ${f(r.bytes_read_back_per_token, 0)} |`);
+  console.log(`| ${r.backend} | ${r.kernels ?? ""} | ${what} | ${f(r.tok_s, 3)} | ${f(median, 1)} | ${f(r.step_ms_p99, 1)} | ${f(r.dispatches_per_token, 0)} | ${f(r.submissions_per_token, 0)} | ${f(r.bytes_read_back_per_token, 0)} | ${f(r.kv_cache_bytes_per_position, 0)} |`);
 }
 const c = rows.filter((r) => r.what === "constrained decode");
 if (c.length === 2) {
