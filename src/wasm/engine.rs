@@ -240,11 +240,18 @@ async fn load_gpu(cpu: &Model<Vec<u8>>, hardware_only: bool) -> Result<(crate::g
              backend \"webgpu\" uses it anyway"
         )));
     }
+    // f16 where the adapter has shader-f16: outputs may then differ slightly from the CPU
+    // path's (relative logit error 2.4e-4 on SmolLM2), so the page can tell.
+    let kv_cache = match ctx.kv_precision() {
+        crate::model::KvPrecision::F16 => "f16",
+        crate::model::KvPrecision::F32 => "f32",
+    };
     let model = GpuModel::upload_scoped(ctx, cpu).await?;
     let info = json!({
         "kind": "webgpu",
         "adapter": adapter.name,
         "isSoftware": adapter.is_software,
+        "kvCache": kv_cache,
     });
     Ok((model, info))
 }

@@ -58,6 +58,10 @@ test("WebGPU engine in a page: structured completions, abort, the openai client 
   const out = await inPage("webgpu", ["lean"], 4);
   assert.equal(out.backend.kind, "webgpu");
   assert.ok(out.backend.adapter, "the adapter is named");
+  // SwiftShader has no shader-f16, so the cache is the CPU path's f32 one (and the lean
+  // outputs below must equal the CPU engine's).
+  assert.ok(["f16", "f32"].includes(out.backend.kvCache), `kvCache ${out.backend.kvCache}`);
+  if (/swiftshader/i.test(out.backend.adapter)) assert.equal(out.backend.kvCache, "f32");
   assert.deepEqual(out.phases, ["download", "parse", "upload"]);
   console.log(`WebGPU (${out.backend.adapter}${out.backend.isSoftware ? ", software" : ""}): model loaded in ${(out.loadMs / 1000).toFixed(2)} s; ${tokensPerSecond(out.speed)}`);
   console.log(describeSuite(out.suites.lean, "WebGPU, lean"));
