@@ -216,6 +216,29 @@ fn cpu_attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec<
     out
 }
 
+/// A layer's empty K and V caches of `positions` x `kv_width`, in this device's element type.
+fn kv_cache_pair(ctx: &Context, positions: usize, kv_width: usize) -> (wgpu::Buffer, wgpu::Buffer) {
+    (
+        ctx.kv_cache_buffer("test.k_cache", positions, kv_width),
+        ctx.kv_cache_buffer("test.v_cache", positions, kv_width),
+    )
+}
+
+/// Runs kv_store once: `shape.tokens` positions of `k` and `v` into `caches` at `shape.pos0`.
+fn store(
+    ctx: &Context,
+    shape: AttentionShape,
+    k: &[f32],
+    v: &[f32],
+    caches: &(wgpu::Buffer, wgpu::Buffer),
+) {
+    let uniform = ctx.params_buffer("test.kv_store", &attention_params(shape));
+    let mut enc = encoder(ctx);
+    let buffers = (&buffer(ctx, k), &buffer(ctx, v), &caches.0, &caches.1);
+    pollster::block_on(ctx.record_kv_store(&mut enc, buffers, &uniform, shape)).unwrap();
+    ctx.queue.submit([enc.finish()]);
+}
+
 /// A layer's K and V caches holding `k` and `v` (all `shape.capacity` positions), written by
 /// the kv_store kernel: f16 on a device with `shader-f16`.
 fn kv_caches(
@@ -224,31 +247,20 @@ fn kv_caches(
     k: &[f32],
     v: &[f32],
 ) -> (wgpu::Buffer, wgpu::Buffer) {
-    let kv = shape.kv_heads * shape.head_dim;
-    let caches = (
-        ctx.kv_cache_buffer("test.k_cache", shape.capacity, kv),
-        ctx.kv_cache_buffer("test.v_cache", shape.capacity, kv),
-    );
+    let caches = kv_cache_pair(ctx, shape.capacity, shape.kv_heads * shape.head_dim);
     let whole = AttentionShape {
         pos0: 0,
         tokens: shape.capacity,
         ..shape
     };
-    let uniform = ctx.params_buffer("test.kv_store", &attention_params(whole));
-    let mut enc = encoder(ctx);
-    let buffers = (&buffer(ctx, k), &buffer(ctx, v), &caches.0, &caches.1);
-    pollster::block_on(ctx.record_kv_store(&mut enc, buffers, &uniform, whole)).unwrap();
-    ctx.queue.submit([enc.finish()]);
+    store(ctx, whole, k, v, &caches);
     caches
 }
 
 /// `values` as the cache stores them: rounded to the nearest f16 on a `shader-f16` device.
 fn as_cached(ctx: &Context, values: &[f32]) -> Vec<f32> {
-    if !ctx.variant().f16 {
-        return values.to_vec();
-    }
-    let round = |x: f32| crate::quant::f16_to_f32(crate::quant::f32_to_f16(x));
-    values.iter().map(|&x| round(x)).collect()
+    let precision = ctx.kv_precision();
+    values.iter().map(|&x| precision.round(x)).collect()
 }
 
 #[test]
@@ -262,10 +274,7 @@ fn kv_store_writes_each_chunk_at_its_positions() {
         // kv_width 3 x 5 = 15: odd, so the f16 cache ends in a half word.
         let (kv_heads, head_dim, capacity) = (3, 5, 13);
         let kv = kv_heads * head_dim;
-        let caches = (
-            ctx.kv_cache_buffer("test.k_cache", capacity, kv),
-            ctx.kv_cache_buffer("test.v_cache", capacity, kv),
-        );
+        let caches = kv_cache_pair(ctx, capacity, kv);
         let mut want_k = vec![0f32; capacity * kv];
         let mut want_v = vec![0f32; capacity * kv];
         // A prefill chunk, then decode steps: each write lands after the last.
@@ -281,11 +290,7 @@ fn kv_store_writes_each_chunk_at_its_positions() {
             let (k, v) = (rng.values(tokens * kv), rng.values(tokens * kv));
             want_k[pos0 * kv..][..tokens * kv].copy_from_slice(&k);
             want_v[pos0 * kv..][..tokens * kv].copy_from_slice(&v);
-            let uniform = ctx.params_buffer("test.kv_store", &attention_params(shape));
-            let mut enc = encoder(ctx);
-            let buffers = (&buffer(ctx, &k), &buffer(ctx, &v), &caches.0, &caches.1);
-            pollster::block_on(ctx.record_kv_store(&mut enc, buffers, &uniform, shape)).unwrap();
-            ctx.queue.submit([enc.finish()]);
+            store(ctx, shape, &k, &v, &caches);
         }
         for (cache, want, what) in [(&caches.0, &want_k, "k"), (&caches.1, &want_v, "v")] {
             let readback = ctx.readback_buffer("test.readback", cache.size());

@@ -5,8 +5,8 @@
 //! into one command encoder and one compute pass and submits it once; per layer that is 16
 //! dispatches (one of them stores K and V into the cache, f16 on a device with `shader-f16`),
 //! so a SmolLM2-135M (30 layers) decode step is 1 + 30 x 16 + 2 = 483 dispatches, and one
-//! more to sample ([`Session::counters`] counts them). A matrix split for the adapter's binding limit ([`Matrix::chunks`]) takes one
-//! dispatch per chunk in place of its one, and prefill chunks shrink until each scratch
+//! more to sample ([`Session::counters`] counts them). A matrix split for the adapter's
+//! binding limit ([`Matrix::chunks`]) takes one dispatch per chunk in place of its one, and prefill chunks shrink until each scratch
 //! buffer fits one binding ([`Model::chunk_for`]). The dispatches of a chunk length are
 //! prepared once per session (a [`Plan`]: its bind groups and uniforms), so a decode step
 //! creates no GPU object: it writes the token id,
@@ -328,7 +328,7 @@ impl Model {
         }
         let ctx = &self.ctx;
         let kv = c.kv_dim();
-        let cache_bytes = (context * kv * ctx.kv_element_bytes()) as u64;
+        let cache_bytes = (context * kv * ctx.kv_precision().bytes()) as u64;
         ctx.check_binding_size("a layer's KV cache", "max_tokens", cache_bytes)?;
         let chunk = self.chunk_for(context)?;
         let zeros = |label: &str, floats: usize| {

@@ -283,7 +283,7 @@ impl Context {
         positions: usize,
         kv_width: usize,
     ) -> wgpu::Buffer {
-        let bytes = (positions * kv_width * self.kv_element_bytes()).next_multiple_of(4);
+        let bytes = (positions * kv_width * self.kv_precision().bytes()).next_multiple_of(4);
         self.storage_buffer(label, &vec![0; bytes], wgpu::BufferUsages::COPY_SRC)
     }
 
@@ -293,14 +293,6 @@ impl Context {
             KvPrecision::F16
         } else {
             KvPrecision::F32
-        }
-    }
-
-    /// Bytes per element of a KV cache on this device.
-    pub(crate) fn kv_element_bytes(&self) -> usize {
-        match self.kv_precision() {
-            KvPrecision::F16 => 2,
-            KvPrecision::F32 => 4,
         }
     }
 

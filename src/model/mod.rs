@@ -180,6 +180,25 @@ pub enum KvPrecision {
     F16,
 }
 
+impl KvPrecision {
+    /// `x` as a cache of this precision holds it.
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            KvPrecision::F32 => x,
+            KvPrecision::F16 => quant::f16_to_f32(quant::f32_to_f16(x)),
+        }
+    }
+
+    /// Bytes of one value in this precision's own type: what the GPU cache stores (the CPU
+    /// one keeps f32 either way).
+    pub fn bytes(self) -> usize {
+        match self {
+            KvPrecision::F32 => 4,
+            KvPrecision::F16 => 2,
+        }
+    }
+}
+
 /// Per-sequence state: the KV cache and the number of positions filled.
 #[derive(Debug, Clone)]
 pub struct Session {
@@ -436,8 +455,9 @@ impl<B: AsRef<[u8]>> Model<B> {
             let stored = pos0 * kv..(pos0 + t) * kv;
             kc[stored.clone()].copy_from_slice(&k);
             vc[stored.clone()].copy_from_slice(&v);
-            if session.precision == KvPrecision::F16 {
-                let round = |x: &mut f32| *x = quant::f16_to_f32(quant::f32_to_f16(*x));
+            let precision = session.precision;
+            if precision != KvPrecision::F32 {
+                let round = |x: &mut f32| *x = precision.round(*x);
                 kc[stored.clone()].iter_mut().for_each(round);
                 vc[stored].iter_mut().for_each(round);
             }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use poot::api::{Endpoint, Engine, Run};
 use poot::gguf::Gguf;
-use poot::model::{Backend, CpuBackend, DeviceStep, KvPrecision, Model, StepSource};
+use poot::model::{Backend, CpuBackend, DeviceStep, Model, StepSource};
 use poot::sampling::{argmax, Params, Sampler};
 use poot::tokenizer::Tokenizer;
 use poot::vocab::TokenId;
@@ -112,12 +112,8 @@ pub(super) fn bench(rest: &[String]) -> Result<ExitCode, Failure> {
             // goes on every GPU row, so runs of each variant can share one table.
             let kernels = gpu.context().variant().name();
             // K and V of every layer, in the cache's element type (f16 with shader-f16).
-            let kv_bytes = match gpu.context().kv_precision() {
-                KvPrecision::F16 => 2,
-                KvPrecision::F32 => 4,
-            };
             let c = cpu.config();
-            let kv_per_position = 2 * c.n_layer * c.kv_dim() * kv_bytes;
+            let kv_per_position = 2 * c.n_layer * c.kv_dim() * gpu.context().kv_precision().bytes();
             let print = |mut v: Value| {
                 v["kernels"] = kernels.into();
                 v["kv_cache_bytes_per_position"] = kv_per_position.into();
