@@ -32,6 +32,16 @@ pub const MAX_GRAMMAR_REPETITION: u32 = 1000;
 /// whose determinization explodes) is refused while compiling.
 pub const GRAMMAR_AUTOMATON_BYTES: usize = 1024 * 1024;
 
+/// Work the grammar compiler's minimization may do, in state visits (every state once per
+/// round of partition refinement).
+///
+/// A chain of n states (a long literal, an expanded count) takes n rounds, so the work is
+/// quadratic: `"a" "a" ... "a"` 4,000 times was 16 million visits, ~0.5 s. Past this bound
+/// the determinized automaton is used as it is (the same language, with duplicate states,
+/// already within [`GRAMMAR_AUTOMATON_BYTES`]); the largest JSONSchemaBench grammar needs
+/// 272,160.
+pub const GRAMMAR_MINIMIZE_WORK: usize = 2_000_000;
+
 /// Parenthesis nesting depth in a `guided_grammar` (the parser recurses on groups).
 pub const MAX_GRAMMAR_NESTING: u32 = 128;
 
@@ -73,6 +83,41 @@ pub const MAX_SCHEMA_REGEX_BYTES: usize = 256 * 1024;
 /// largest JSONSchemaBench schema under 16 KiB needs, and stops an exponential chain in a few
 /// milliseconds.
 pub const MAX_SCHEMA_EXPANSION: usize = 10_000;
+
+/// Work the `enum`/`const` judge may do in one schema compile, in units of one subschema
+/// visited or one byte matched against a pattern (pattern bytes times value bytes).
+///
+/// A value is checked against the rest of its schema directly, following `$ref`s; a `$ref`
+/// that names itself twice under `anyOf` doubles the visits at each of the judge's 64 levels
+/// (2^64 without this). The most any JSONSchemaBench schema needs is 1,517 units; 10^5 is
+/// ~40 ms of work in a debug build, then the schema is a `limit_exceeded` 400.
+pub const MAX_SCHEMA_JUDGE_WORK: u64 = 100_000;
+
+/// How deeply the JSON Schema compiler may nest: subschemas inside subschemas, counting each
+/// `$ref` followed and each `allOf` merged as a level.
+///
+/// The compiler recurses once per level (a few frames each), and so do the walks over what it
+/// builds; a chain of `$ref`s nests without any nesting in the JSON text, so the JSON parser's
+/// own 128-level bound does not cover it. No JSONSchemaBench schema nests past 20; 64 fits the
+/// 1 MiB stack of a wasm32 instance (`tests/hostile_inputs.rs` runs its cases on one).
+pub const MAX_SCHEMA_DEPTH: usize = 64;
+
+/// Ordered pairs of `oneOf` branches whose exclusivity the JSON Schema compiler may check
+/// (one check compares two merged subschemas).
+///
+/// A `oneOf` is taken only when no value can match two branches; branches that are all
+/// constants are checked in one pass, any other kind pair by pair, which is quadratic: a
+/// 16 KiB schema holds ~1,000 small branches, ~10^6 pairs (over a second). 65,536 pairs is
+/// 256 branches, ~10 times the largest general `oneOf` in JSONSchemaBench.
+pub const MAX_ONE_OF_PAIRS: usize = 65_536;
+
+/// Longest listed property name, in characters, of an object that also allows extra keys.
+///
+/// Extra keys must differ from every listed name, and "not this name" is a tree one level deep
+/// per character of it (every prefix may end or branch off), which every later stage walks
+/// recursively. Real names are under 100 characters; 256 keeps a 15,000-character name from
+/// taking the stack.
+pub const MAX_EXCLUDED_KEY_CHARS: usize = 256;
 
 /// How deeply a free-form JSON value (`{}`, `true`, `additionalProperties: true`, an `items`
 /// left open) may nest arrays and objects in `guided_json` output.

@@ -17,7 +17,7 @@
 
 use super::parse::{Ast, Expr};
 use super::{BitSet256, Counter, Expansion, Grammar, GrammarError, COUNTER_HORIZON, NONE, SLOW};
-use crate::limits::{GRAMMAR_AUTOMATON_BYTES, MAX_GRAMMAR_REPETITION};
+use crate::limits::{GRAMMAR_AUTOMATON_BYTES, GRAMMAR_MINIMIZE_WORK, MAX_GRAMMAR_REPETITION};
 use regex_syntax::utf8::Utf8Sequences;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -685,7 +685,16 @@ fn minimize(
     }
     let (mut class, mut count) = number(&buf, &ends);
     let mut c: Vec<(u32, u32)> = Vec::new();
+    let mut work = 0usize;
     loop {
+        // Each round visits every state; a chain of n states (a long literal, an expanded
+        // count) takes n rounds. Past the budget the determinized automaton is kept as it is:
+        // every state its own class, the same language with more states (already within
+        // GRAMMAR_AUTOMATON_BYTES).
+        work = work.saturating_add(n);
+        if work > GRAMMAR_MINIMIZE_WORK {
+            return (0..n as u32).collect();
+        }
         buf.clear();
         ends.clear();
         for s in 0..n {

@@ -8,11 +8,20 @@
 
 use super::{same_value, string, type_of};
 use serde_json::{Map, Value};
+use std::cell::Cell;
 
 /// Schema evaluation over concrete values; `root` resolves local `$ref`s.
 pub(crate) struct Judge<'a> {
     pub root: &'a Value,
     pub draft4: bool,
+    /// Work left, in units of one subschema visited or one byte matched against a pattern
+    /// ([`MAX_SCHEMA_JUDGE_WORK`](crate::limits::MAX_SCHEMA_JUDGE_WORK) per compile). A `$ref`
+    /// that refers to itself twice under `anyOf` doubles the visits at every level, so depth
+    /// alone does not bound the work; once this runs out every answer is "cannot tell" and
+    /// [`Judge::exhausted`] says why.
+    pub fuel: Cell<u64>,
+    /// Set when `fuel` ran out.
+    pub exhausted: Cell<bool>,
 }
 
 type J = Option<bool>;
@@ -27,8 +36,23 @@ fn and(a: J, b: J) -> J {
 }
 
 impl Judge<'_> {
+    /// Takes `units` of fuel; false (and [`Judge::exhausted`] set) when there are not enough.
+    fn spend(&self, units: u64) -> bool {
+        match self.fuel.get().checked_sub(units) {
+            Some(left) => {
+                self.fuel.set(left);
+                true
+            }
+            None => {
+                self.exhausted.set(true);
+                false
+            }
+        }
+    }
+
     pub fn valid(&self, s: &Value, v: &Value, depth: u32) -> J {
-        if depth > 64 {
+        // 64 levels of three frames each bound the stack; `spend` bounds the work.
+        if depth > 64 || !self.spend(1) {
             return None;
         }
         match s {
@@ -36,6 +60,18 @@ impl Judge<'_> {
             Value::Object(m) => self.object_schema(m, v, depth),
             _ => None,
         }
+    }
+
+    /// Whether `text` contains a match of the ECMA-262 `pattern` (None: cannot tell). A
+    /// direct simulation costs about the pattern's size times the text's length, so that is
+    /// the fuel it takes.
+    fn matches_pattern(&self, pattern: &str, text: &str) -> J {
+        let units = (pattern.len() as u64 + 1).saturating_mul(text.len() as u64 + 1);
+        if !self.spend(units) {
+            return None;
+        }
+        let node = string::pattern_content(pattern).ok()?;
+        Some(node.matches(text.as_bytes()))
     }
 
     fn object_schema(&self, m: &Map<String, Value>, v: &Value, depth: u32) -> J {
@@ -175,8 +211,8 @@ impl Judge<'_> {
                 let Value::String(s) = v else {
                     return Some(true);
                 };
-                let node = string::pattern_content(kv.as_str()?).ok()?;
-                Some(node.matches(s.as_bytes()))
+                let pattern = kv.as_str()?;
+                self.matches_pattern(pattern, s)
             }
             "format" => {
                 let Value::String(s) = v else {
@@ -190,6 +226,9 @@ impl Judge<'_> {
                     };
                 };
                 // Our regexes are subsets: a match is valid, a miss is unknown.
+                if !self.spend((re.len() as u64 + 1).saturating_mul(s.len() as u64 + 1)) {
+                    return None;
+                }
                 string::exact_content(re)
                     .matches(s.as_bytes())
                     .then_some(true)
@@ -227,6 +266,10 @@ impl Judge<'_> {
             "maxItems" => Some(n <= kv.as_f64()?),
             "uniqueItems" => {
                 if kv.as_bool()? {
+                    // Pairwise: an array of n items costs n^2 / 2 comparisons.
+                    if !self.spend((a.len() as u64).pow(2) / 2) {
+                        return None;
+                    }
                     for i in 0..a.len() {
                         for j in i + 1..a.len() {
                             if same_value(&a[i], &a[j]) {
@@ -323,9 +366,8 @@ impl Judge<'_> {
             "patternProperties" => {
                 let mut ok = Some(true);
                 for (p, s) in kv.as_object()? {
-                    let node = string::pattern_content(p).ok()?;
                     for (key, x) in o {
-                        if node.matches(key.as_bytes()) {
+                        if self.matches_pattern(p, key)? {
                             ok = and(ok, self.valid(s, x, d + 1));
                         }
                     }
@@ -334,16 +376,16 @@ impl Judge<'_> {
             }
             "additionalProperties" => {
                 let props = m.get("properties").and_then(Value::as_object);
-                let mut patterns = Vec::new();
-                if let Some(pp) = m.get("patternProperties").and_then(Value::as_object) {
-                    for p in pp.keys() {
-                        patterns.push(string::pattern_content(p).ok()?);
-                    }
-                }
+                let patterns: Vec<&String> = m
+                    .get("patternProperties")
+                    .and_then(Value::as_object)
+                    .map_or(Vec::new(), |pp| pp.keys().collect());
                 let mut ok = Some(true);
                 for (key, x) in o {
-                    let listed = props.is_some_and(|p| p.contains_key(key))
-                        || patterns.iter().any(|n| n.matches(key.as_bytes()));
+                    let mut listed = props.is_some_and(|p| p.contains_key(key));
+                    for p in &patterns {
+                        listed = listed || self.matches_pattern(p, key)?;
+                    }
                     if !listed {
                         ok = and(ok, self.valid(kv, x, d + 1));
                     }

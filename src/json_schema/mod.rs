@@ -102,13 +102,14 @@ use crate::constraint::Compiled;
 use crate::error::{Error, Result};
 use crate::grammar::Grammar;
 use crate::limits::{
-    AUTOMATON_BYTES, FREE_FORM_DEPTH, MAX_SCHEMA_BYTES, MAX_SCHEMA_EXPANSION,
-    MAX_SCHEMA_REGEX_BYTES,
+    AUTOMATON_BYTES, FREE_FORM_DEPTH, MAX_EXCLUDED_KEY_CHARS, MAX_ONE_OF_PAIRS, MAX_SCHEMA_BYTES,
+    MAX_SCHEMA_DEPTH, MAX_SCHEMA_EXPANSION, MAX_SCHEMA_JUDGE_WORK, MAX_SCHEMA_REGEX_BYTES,
 };
 use crate::regex::{quote, Dfa};
 use node::Node;
 use number::Bound;
 use serde_json::{Map, Value};
+use std::cell::Cell;
 use std::collections::BTreeSet;
 
 /// A compiled schema: the regular language of its outputs.
@@ -968,6 +969,10 @@ struct Compiler<'a> {
     /// JSON pointer of the subschema being compiled, for messages.
     path: Vec<String>,
     visits: usize,
+    /// Subschemas being compiled now, nested ([`Compiler::nested`]).
+    depth: usize,
+    /// What is left of [`MAX_SCHEMA_JUDGE_WORK`] for checking `enum`/`const` values.
+    judge_fuel: u64,
     /// Free-form values by depth, built once.
     any_cache: Vec<Option<Node>>,
     free_depth: u32,
@@ -988,6 +993,8 @@ impl<'a> Compiler<'a> {
             refs: Vec::new(),
             path: Vec::new(),
             visits: 0,
+            depth: 0,
+            judge_fuel: MAX_SCHEMA_JUDGE_WORK,
             any_cache: vec![None; free_depth as usize + 1],
             free_depth,
         }
@@ -1027,8 +1034,24 @@ impl<'a> Compiler<'a> {
             }
         }
         let depth = self.refs.len();
-        let r = self.flatten(s).and_then(|m| self.flat_schema(&m));
+        let r = self.nested(|c| c.flatten(s).and_then(|m| c.flat_schema(&m)));
         self.refs.truncate(depth);
+        r
+    }
+
+    /// Runs `f` one level deeper in the compiler's recursion, or refuses past
+    /// [`MAX_SCHEMA_DEPTH`]: each nested subschema and each `$ref` followed is a few stack
+    /// frames, and a chain of `$ref`s nests without any nesting in the JSON text.
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
+        if self.depth >= MAX_SCHEMA_DEPTH {
+            return Err(Fail::Limit(format!(
+                "subschemas and `$ref`s nest more than {MAX_SCHEMA_DEPTH} deep at {} (the schema depth limit)",
+                self.here()
+            )));
+        }
+        self.depth += 1;
+        let r = f(self);
+        self.depth -= 1;
         r
     }
 
@@ -1069,7 +1092,7 @@ impl<'a> Compiler<'a> {
             }
             let target = self.resolve(r)?;
             self.refs.push(r.to_owned());
-            let t = self.flatten(target)?;
+            let t = self.nested(|c| c.flatten(target))?;
             out = merge(out, t, &here)?;
         }
         if let Some(all) = m.get("allOf") {
@@ -1077,7 +1100,7 @@ impl<'a> Compiler<'a> {
                 .as_array()
                 .ok_or_else(|| Fail::Invalid(format!("`allOf` at {here} must be an array")))?;
             for sub in all {
-                let f = self.flatten(sub)?;
+                let f = self.nested(|c| c.flatten(sub))?;
                 out = merge(out, f, &here)?;
             }
         }
@@ -1186,6 +1209,18 @@ impl<'a> Compiler<'a> {
                                 live.push(j);
                             }
                         }
+                        if fixed_values_disjoint(live.iter().map(|&j| &merged[j])) {
+                            return Ok(Node::alt(nodes));
+                        }
+                        let pairs = live.len().saturating_mul(live.len());
+                        if pairs > MAX_ONE_OF_PAIRS {
+                            return Err(Fail::Limit(format!(
+                                "`oneOf` at {here} has {} branches whose exclusivity must be checked \
+                                 pair by pair, more than the {MAX_ONE_OF_PAIRS} pairs of the oneOf \
+                                 pair limit",
+                                live.len()
+                            )));
+                        }
                         for &x in &live {
                             for &y in &live {
                                 if x != y && !excludes(&merged[x], &merged[y], &here)? {
@@ -1223,6 +1258,8 @@ impl<'a> Compiler<'a> {
         let judge = judge::Judge {
             root: self.root,
             draft4: self.draft == Draft::D4,
+            fuel: Cell::new(self.judge_fuel),
+            exhausted: Cell::new(false),
         };
         let rest_value = Value::Object(rest.clone());
         let mut kept = Vec::new();
@@ -1233,6 +1270,13 @@ impl<'a> Compiler<'a> {
                 Some(false) => {}
                 None => unsure.push(v),
             }
+        }
+        self.judge_fuel = judge.fuel.get();
+        if judge.exhausted.get() {
+            return Err(Fail::Limit(format!(
+                "checking the `enum`/`const` values at {here} against the rest of the schema \
+                 takes more than {MAX_SCHEMA_JUDGE_WORK} steps (the schema judge work limit)"
+            )));
         }
         if !unsure.is_empty() {
             let n = self.flat_schema(&rest)?;
@@ -1399,8 +1443,9 @@ impl<'a> Compiler<'a> {
             let p = p
                 .as_str()
                 .ok_or_else(|| Fail::Invalid(format!("`pattern` at {here} must be a string")))?;
-            let n = string::pattern_content(p)
-                .map_err(|why| unsupported("pattern", &here, &format!("`{p}` uses {why}")))?;
+            let n = string::pattern_content(p).map_err(|why| {
+                unsupported("pattern", &here, &format!("{} uses {why}", quote(p)))
+            })?;
             content = Some((n, "pattern"));
         }
         if let Some(f) = m.get("format").and_then(Value::as_str) {
@@ -1559,7 +1604,11 @@ impl<'a> Compiler<'a> {
         let mut pattern_nodes = Vec::new();
         for (p, _) in &patterns {
             pattern_nodes.push(string::pattern_content(p).map_err(|why| {
-                unsupported("patternProperties", &here, &format!("`{p}` uses {why}"))
+                unsupported(
+                    "patternProperties",
+                    &here,
+                    &format!("{} uses {why}", quote(p)),
+                )
             })?);
         }
         if !patterns.is_empty() {
@@ -1756,6 +1805,18 @@ impl<'a> Compiler<'a> {
             let key = match &names_node {
                 Some(n) => n.clone(),
                 None => {
+                    if let Some(long) = keys
+                        .iter()
+                        .find(|k| k.chars().count() > MAX_EXCLUDED_KEY_CHARS)
+                    {
+                        return Err(Fail::Limit(format!(
+                            "the property name {} at {here} has {} characters; beside extra \
+                             keys a listed name may have at most {MAX_EXCLUDED_KEY_CHARS} (the \
+                             excluded key length limit)",
+                            quote(long),
+                            long.chars().count()
+                        )));
+                    }
                     let names: Vec<&str> = keys.iter().map(String::as_str).collect();
                     string::string_node(&string::none_of(&names))
                 }
@@ -1931,14 +1992,19 @@ fn pointer_escape(k: &str) -> String {
     k.replace('~', "~0").replace('/', "~1")
 }
 
+fn hex_digit(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).map(|d| d as u8)
+}
+
 pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
+        // Bytes, not `&s[..]`: a `%` before a multi-byte character must not slice inside it.
+        if let (b'%', Some(&hi), Some(&lo)) = (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            if let (Some(hi), Some(lo)) = (hex_digit(hi), hex_digit(lo)) {
+                out.push(hi << 4 | lo);
                 i += 3;
                 continue;
             }
@@ -1947,6 +2013,30 @@ pub(crate) fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
+}
+
+/// Whether every branch is a finite list of values (`const` or `enum`) and no value is in
+/// two lists: then each branch emits only its own values and rejects the others', so the
+/// branches exclude each other. One pass over the values instead of a check per pair: a
+/// `oneOf` of 1,000 titled constants (a common way to document an enum) was ~10^6 pair checks.
+fn fixed_values_disjoint<'m>(branches: impl Iterator<Item = &'m Map<String, Value>>) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    for b in branches {
+        let values: Vec<&Value> = match (b.get("const"), b.get("enum")) {
+            (Some(c), _) => vec![c],
+            (None, Some(Value::Array(e))) => e.iter().collect(),
+            _ => return false,
+        };
+        // Within one branch a value may repeat; across branches it may not.
+        let mine: std::collections::HashSet<String> =
+            values.into_iter().map(canonical_json).collect();
+        for v in mine {
+            if !seen.insert(v) {
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// Whether no value emitted for schema `a` is valid under schema `b` (both flattened).

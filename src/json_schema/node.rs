@@ -17,6 +17,7 @@ use regex_syntax::utf8::Utf8Sequences;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 /// Sorted, non-overlapping, non-adjacent ranges of Unicode scalar values.
 pub(crate) type Ranges = Vec<(char, char)>;
@@ -35,18 +36,18 @@ pub(crate) enum Node {
     Concat(Vec<Node>),
     Alt(Vec<Node>),
     /// `min..=max` repetitions (`None`: unbounded).
-    Repeat(Box<Node>, u32, Option<u32>),
+    Repeat(Arc<Node>, u32, Option<u32>),
     /// Items in this order, each present or (when not required) absent, `sep` between two
     /// present items; with `nonempty`, at least one item is present.
     Seq {
         items: Vec<(Node, bool)>,
-        sep: Box<Node>,
+        sep: Arc<Node>,
         nonempty: bool,
     },
     /// `min..=max` items separated by `sep`.
     List {
-        item: Box<Node>,
-        sep: Box<Node>,
+        item: Arc<Node>,
+        sep: Arc<Node>,
         min: u32,
         max: Option<u32>,
     },
@@ -211,7 +212,7 @@ impl Node {
             Node::Nothing if min == 0 => Node::Empty,
             Node::Nothing => Node::Nothing,
             n if min == 1 && max == Some(1) => n,
-            n => Node::Repeat(Box::new(n), min, max),
+            n => Node::Repeat(Arc::new(n), min, max),
         }
     }
 
@@ -243,7 +244,7 @@ impl Node {
         }
         Node::Seq {
             items: kept,
-            sep: Box::new(sep),
+            sep: Arc::new(sep),
             nonempty,
         }
     }
@@ -259,46 +260,18 @@ impl Node {
             Node::Nothing if min == 0 => Node::Empty,
             Node::Nothing => Node::Nothing,
             item => Node::List {
-                item: Box::new(item),
-                sep: Box::new(sep),
+                item: Arc::new(item),
+                sep: Arc::new(sep),
                 min,
                 max,
             },
         }
     }
 
-    /// The same language without [`Node::Seq`] and [`Node::List`] at the top (children keep
-    /// theirs): the tree a plain regex needs.
+    /// A [`Node::List`] as the plain concatenation and repetition a regex needs (its
+    /// children keep their lists); any other node as it is.
     fn expand(&self) -> Node {
         match self {
-            Node::Seq {
-                items,
-                sep,
-                nonempty,
-            } => {
-                let n = items.len();
-                // tail(i): the items from i on, after something was emitted.
-                let mut tails = vec![Node::Empty; n + 1];
-                for i in (0..n).rev() {
-                    let (item, required) = &items[i];
-                    let step = Node::concat(vec![(**sep).clone(), item.clone()]);
-                    let step = if *required { step } else { Node::opt(step) };
-                    tails[i] = Node::concat(vec![step, tails[i + 1].clone()]);
-                }
-                let mut alts = Vec::new();
-                let mut saw_required = false;
-                for (j, (item, required)) in items.iter().enumerate() {
-                    alts.push(Node::concat(vec![item.clone(), tails[j + 1].clone()]));
-                    if *required {
-                        saw_required = true;
-                        break;
-                    }
-                }
-                if !saw_required && !nonempty {
-                    alts.push(Node::Empty);
-                }
-                Node::alt(alts)
-            }
             Node::List {
                 item,
                 sep,
@@ -381,8 +354,45 @@ impl Node {
                     }
                 }
             }
-            Node::Seq { .. } | Node::List { .. } => {
-                // An expanded Seq is an Alt (grouped); a List is a Concat or a Repeat.
+            Node::Seq {
+                items,
+                sep,
+                nonempty,
+            } => {
+                // One alternative per first item emitted, each followed by the later items'
+                // steps: the text is quadratic in the items (checked against `limit` as it
+                // grows), but nothing is built for it. `expand` would clone every later item
+                // into every alternative first: 1,000 optional free-form properties were
+                // gigabytes of tree before the first byte of text.
+                out.push_str("(?:");
+                let mut saw_required = false;
+                for (j, (item, required)) in items.iter().enumerate() {
+                    if j > 0 {
+                        out.push('|');
+                    }
+                    item.write_regex(out, limit)?;
+                    for (later, later_required) in &items[j + 1..] {
+                        if !later_required {
+                            out.push_str("(?:");
+                        }
+                        sep.write_regex(out, limit)?;
+                        later.write_regex(out, limit)?;
+                        if !later_required {
+                            out.push_str(")?");
+                        }
+                    }
+                    if *required {
+                        saw_required = true;
+                        break;
+                    }
+                }
+                if !saw_required && !nonempty {
+                    out.push('|');
+                }
+                out.push(')');
+            }
+            Node::List { .. } => {
+                // An expanded List is a Concat or a Repeat (a few clones of its item).
                 let e = self.expand();
                 out.push_str("(?:");
                 e.write_regex(out, limit)?;
@@ -429,7 +439,44 @@ impl Node {
                     d.zip(*max).map(|(x, m)| x.saturating_mul(u64::from(m))),
                 )
             }
-            Node::Seq { .. } | Node::List { .. } => self.expand().char_len(),
+            Node::Seq {
+                items,
+                sep,
+                nonempty,
+            } => {
+                // Shortest: the required items alone (or the shortest item when one must be
+                // emitted and none is required); longest: every item. Computed here rather
+                // than on `expand`, whose tree is quadratic in the items.
+                let (sep_min, sep_max) = sep.char_len();
+                let lens: Vec<(u64, Option<u64>)> =
+                    items.iter().map(|(n, _)| n.char_len()).collect();
+                let required: Vec<u64> = items
+                    .iter()
+                    .zip(&lens)
+                    .filter(|((_, r), _)| *r)
+                    .map(|(_, l)| l.0)
+                    .collect();
+                let min = if required.is_empty() {
+                    if *nonempty {
+                        lens.iter().map(|l| l.0).min().unwrap_or(0)
+                    } else {
+                        0
+                    }
+                } else {
+                    let seps = sep_min.saturating_mul(required.len() as u64 - 1);
+                    required.iter().fold(seps, |a, &b| a.saturating_add(b))
+                };
+                let seps = match lens.len() {
+                    0 | 1 => Some(0),
+                    n => sep_max.map(|m| m.saturating_mul(n as u64 - 1)),
+                };
+                let max = seps.and_then(|seps| {
+                    lens.iter()
+                        .try_fold(seps, |a, l| Some(a.saturating_add(l.1?)))
+                });
+                (min, max)
+            }
+            Node::List { .. } => self.expand().char_len(),
         }
     }
 
@@ -480,9 +527,11 @@ impl Node {
             Node::Repeat(n, min, max) => {
                 let mut cur = starts.clone();
                 let mut seen: BTreeSet<usize> = BTreeSet::new();
-                let mut i = 0u32;
+                // u64: `{4294967295,}` counts past u32::MAX before the loop ends.
+                let (min, max) = (u64::from(*min), max.map(u64::from));
+                let mut i = 0u64;
                 loop {
-                    if i >= *min {
+                    if i >= min {
                         out.extend(cur.iter().copied());
                     }
                     if max.is_some_and(|m| i >= m) || cur.is_empty() {
@@ -490,7 +539,16 @@ impl Node {
                     }
                     let next = n.ends(s, &cur);
                     i += 1;
-                    if i > *min {
+                    if i < min && next == cur {
+                        // A fixed point (the item matched only the empty string from every
+                        // position): the rest of the minimum changes nothing, so the count
+                        // (up to 2^32) is not run one step at a time. Otherwise each step
+                        // grows the set (an item that can be empty) or moves its least
+                        // position on (one that cannot), so this loop runs at most
+                        // `input.len() + 1` times.
+                        i = min;
+                    }
+                    if i > min {
                         // Past the minimum only new positions matter (the loop is monotone).
                         let fresh: BTreeSet<usize> =
                             next.into_iter().filter(|p| !seen.contains(p)).collect();
@@ -501,7 +559,32 @@ impl Node {
                     }
                 }
             }
-            Node::Seq { .. } | Node::List { .. } => return self.expand().ends(s, starts),
+            Node::Seq {
+                items,
+                sep,
+                nonempty,
+            } => {
+                // The NFA's ladder (see `nfa_node`): `fresh` = nothing emitted yet, `after` =
+                // something emitted, so the next item needs a separator first.
+                let mut fresh = starts.clone();
+                let mut after = BTreeSet::new();
+                for (item, required) in items {
+                    let mut from = fresh.clone();
+                    from.extend(sep.ends(s, &after));
+                    let next = item.ends(s, &from);
+                    if *required {
+                        fresh.clear();
+                        after = next;
+                    } else {
+                        after.extend(next);
+                    }
+                }
+                if !nonempty {
+                    after.extend(fresh);
+                }
+                return after;
+            }
+            Node::List { .. } => return self.expand().ends(s, starts),
         }
         out
     }
@@ -1266,7 +1349,7 @@ mod tests {
         ];
         let forms = cases.iter().flat_map(|&c| [(c, 0), (c, 1), (c, 2)]);
         for ((min, max), form) in forms {
-            let n = Node::Repeat(Box::new(x.clone()), min, max);
+            let n = Node::Repeat(Arc::new(x.clone()), min, max);
             let text = match form {
                 0 => n.to_gbnf(),
                 1 => n.to_gbnf_blocked(),
@@ -1301,7 +1384,7 @@ mod tests {
     /// rules are all nested blocks.
     #[test]
     fn chains_give_way_to_blocks_past_their_rule_bound() {
-        let x = || Box::new(Node::class(vec![('a', 'b')]));
+        let x = || Arc::new(Node::class(vec![('a', 'b')]));
         let one = Node::Repeat(x(), 0, Some(200));
         assert_ne!(one.to_gbnf(), one.to_gbnf_blocked());
         // `{0,200}` is 12 chain rules of 16 items; nine distinct bounds make 108.

@@ -1,0 +1,481 @@
+//! Small hostile inputs, one test per class of failure: each must end in a compiled
+//! constraint or a named 4xx error within 1 s, well under 1 GiB, on a 1 MiB stack (the
+//! wasm32 default: a stack overflow there is the whole instance gone), never a panic.
+//!
+//! The classes are the ones users met: recursion that follows the input (one frame per
+//! character of a property name, per `$ref` in a chain, per nesting level), work exponential
+//! in a self-referencing `$ref` under `enum` + `anyOf`, a counted repetition of an item that
+//! can be empty run one count at a time, expansions that build gigabytes before the size
+//! bound is checked, and slicing inside a UTF-8 character.
+
+use poot::api::{Endpoint, Request};
+use poot::constraint::Spec;
+use serde_json::{json, Value};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Counts the bytes live on the current thread and their peak, so each case's memory is its
+/// own even while other tests run.
+struct Counting;
+
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
+
+fn track(delta: isize) {
+    // `try_with`: a thread's last frees run after its locals are gone.
+    let _ = LIVE.try_with(|live| {
+        let now = live.get() + delta;
+        live.set(now);
+        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+    });
+}
+
+#[allow(unsafe_code)]
+// SAFETY: every call is forwarded to the system allocator unchanged; only counters change.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        track(layout.size() as isize);
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        track(-(layout.size() as isize));
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        track(layout.size() as isize);
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        track(new_size as isize - layout.size() as isize);
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// The wasm32 target's default stack (rustc's `-z stack-size` default for it is 1 MiB).
+const STACK_BYTES: usize = 1 << 20;
+/// What the issue asks of every hostile input.
+const TIME_BOUND: Duration = Duration::from_secs(1);
+/// "Well under 1 GiB": the largest compile the corpus makes stays under ~40 MB.
+const MEMORY_BOUND: isize = 256 << 20;
+/// A case still running this long is reported as a hang (its thread is left behind).
+const HANG: Duration = Duration::from_secs(20);
+
+#[derive(Debug)]
+struct Outcome {
+    result: Result<(), (u16, String, String)>,
+    elapsed: Duration,
+    peak: isize,
+}
+
+/// Runs `f` on a fresh thread with the wasm stack, measuring its time and peak memory.
+fn run_case(name: &str, f: impl FnOnce() -> Result<(), poot::Error> + Send + 'static) -> Outcome {
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name(name.to_owned())
+        .stack_size(STACK_BYTES)
+        .spawn(move || {
+            PEAK.with(|p| p.set(LIVE.with(Cell::get)));
+            let base = LIVE.with(Cell::get);
+            let start = Instant::now();
+            let r = f();
+            let elapsed = start.elapsed();
+            let peak = PEAK.with(Cell::get) - base;
+            let result = r.map_err(|e| {
+                (
+                    poot::api::error_status(&e),
+                    e.code().to_owned(),
+                    e.to_string(),
+                )
+            });
+            let _ = tx.send(Outcome {
+                result,
+                elapsed,
+                peak,
+            });
+        })
+        .expect("spawn");
+    match rx.recv_timeout(HANG) {
+        Ok(o) => {
+            handle.join().expect("the case's thread ends");
+            o
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{name}: still running after {HANG:?}"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("{name}: panicked (see above) instead of returning a result or an error")
+        }
+    }
+}
+
+/// Asserts the bounds and returns the outcome for case-specific checks.
+fn bounded(name: &str, f: impl FnOnce() -> Result<(), poot::Error> + Send + 'static) -> Outcome {
+    let o = run_case(name, f);
+    eprintln!(
+        "{name}: {:?} in {:.1} ms, peak {:.1} MiB",
+        o.result
+            .as_ref()
+            .map_err(|(s, c, m)| format!("{s} {c}: {m}")),
+        o.elapsed.as_secs_f64() * 1e3,
+        o.peak as f64 / (1 << 20) as f64
+    );
+    assert!(o.elapsed < TIME_BOUND, "{name}: took {:?}", o.elapsed);
+    assert!(o.peak < MEMORY_BOUND, "{name}: peak {} MiB", o.peak >> 20);
+    if let Err((status, _, message)) = &o.result {
+        assert!(
+            (400..500).contains(status),
+            "{name}: a hostile input is the client's error, got {status}: {message}"
+        );
+    }
+    o
+}
+
+/// Compiles a request body's constraint, as `poot serve` and the wasm engine do.
+fn compile_body(body: Value) -> Result<(), poot::Error> {
+    if let Some(spec) = Spec::from_request(&body)? {
+        spec.compile()?;
+    }
+    Ok(())
+}
+
+fn schema_case(name: &str, schema: Value) -> Outcome {
+    let text = schema.to_string();
+    assert!(
+        text.len() <= poot::limits::MAX_SCHEMA_BYTES,
+        "{name}: the input must fit the schema text bound ({} bytes)",
+        text.len()
+    );
+    bounded(name, move || {
+        compile_body(json!({ "guided_json": schema }))?;
+        // The same schema through the request parser (response_format and its checks).
+        let body = json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
+        });
+        Request::parse(&body, Endpoint::Chat).map(|_| ())
+    })
+}
+
+fn long_name(n: usize) -> String {
+    "k".repeat(n)
+}
+
+/// `{"d0": {"$ref": "#/$defs/d1"}, ..., "dN": {"type": "integer"}}` as a `$defs` chain.
+fn ref_chain(n: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..n {
+        defs.insert(
+            format!("d{i}"),
+            json!({ "$ref": format!("#/$defs/d{}", i + 1) }),
+        );
+    }
+    defs.insert(format!("d{n}"), json!({"type": "integer"}));
+    json!({ "$defs": defs, "$ref": "#/$defs/d0" })
+}
+
+/// `levels` schemas each wrapping the next under `key` (arrays of arrays, and so on).
+fn nested(levels: usize, wrap: impl Fn(Value) -> Value) -> Value {
+    let mut s = json!({"type": "integer"});
+    for _ in 0..levels {
+        s = wrap(s);
+    }
+    s
+}
+
+#[test]
+fn recursion_that_follows_the_input_is_bounded() {
+    // One character of a property name: the extra keys' "none of the listed names".
+    schema_case(
+        "long property name beside additionalProperties",
+        json!({"type": "object", "properties": {long_name(15_000): {"type": "integer"}},
+               "additionalProperties": {"type": "integer"}}),
+    );
+    schema_case(
+        "long required name outside properties",
+        json!({"type": "object", "required": [long_name(15_000)],
+               "additionalProperties": {"type": "string"}}),
+    );
+    schema_case(
+        "long propertyNames enum",
+        json!({"type": "object", "propertyNames": {"enum": [long_name(15_000)]},
+               "additionalProperties": true}),
+    );
+    schema_case(
+        "many names sharing a long prefix",
+        json!({"type": "object",
+               "properties": (0..20).map(|i| (format!("{}{i}", long_name(700)), json!({"type": "integer"})))
+                    .collect::<serde_json::Map<_, _>>(),
+               "additionalProperties": {"type": "integer"}}),
+    );
+    // One frame per `$ref` of a chain, with no JSON nesting at all.
+    schema_case("a chain of 500 $refs", ref_chain(500));
+    // Nesting as deep as the JSON parser allows (serde_json stops at 128 levels).
+    schema_case(
+        "arrays nested 120 deep",
+        nested(120, |s| json!({"type": "array", "items": s})),
+    );
+    schema_case(
+        "objects nested 60 deep",
+        nested(
+            60,
+            |s| json!({"type": "object", "properties": {"a": s}, "required": ["a"]}),
+        ),
+    );
+    schema_case(
+        "optional objects nested 60 deep",
+        nested(
+            60,
+            |s| json!({"type": "object", "properties": {"a": s, "b": {}}}),
+        ),
+    );
+    schema_case(
+        "anyOf nested 60 deep",
+        nested(60, |s| json!({"anyOf": [s, {"type": "null"}]})),
+    );
+    schema_case(
+        "allOf nested 60 deep",
+        nested(60, |s| json!({"allOf": [s, {}]})),
+    );
+    schema_case(
+        "not nested 120 deep beside enum",
+        json!({"enum": [1, 2], "not": nested(119, |s| json!({"not": s}))}),
+    );
+    schema_case(
+        "a const nested 120 deep",
+        json!({"const": nested(120, |s| json!([s]))}),
+    );
+    schema_case(
+        "a pattern of nested groups",
+        json!({"type": "string", "pattern": format!("{}a{}", "(".repeat(4000), ")".repeat(4000))}),
+    );
+    schema_case(
+        "a pattern of 5,000 alternatives",
+        json!({"type": "string", "pattern": vec!["a"; 5000].join("|")}),
+    );
+    // Grammars: a chain of rules, a long sequence, a long alternation.
+    let chain: String = (0..1000)
+        .map(|i| format!("r{i} ::= r{}\n", i + 1))
+        .collect::<String>()
+        + "r1000 ::= \"x\"\n";
+    let chain = format!("root ::= r0\n{chain}");
+    for (name, g) in [
+        ("a chain of 1,000 rules", chain),
+        (
+            "4,000 items in sequence",
+            format!("root ::= {}", "\"a\" ".repeat(4000)),
+        ),
+        (
+            "2,500 alternatives",
+            format!("root ::= {}", vec!["\"a\""; 2500].join(" | ")),
+        ),
+        (
+            "groups nested 5,000 deep",
+            format!("root ::= {}\"a\"{}", "(".repeat(5000), ")".repeat(5000)),
+        ),
+    ] {
+        assert!(
+            g.len() <= poot::limits::MAX_GRAMMAR_BYTES,
+            "{name}: {}",
+            g.len()
+        );
+        bounded(name, move || compile_body(json!({ "guided_grammar": g })));
+    }
+    for (name, r) in [
+        (
+            "regex groups nested 2,000 deep",
+            format!("{}a{}", "(".repeat(2000), ")".repeat(2000)),
+        ),
+        ("regex of 2,000 alternatives", vec!["a"; 2000].join("|")),
+        ("regex of a 4,096-byte literal", "a".repeat(4096)),
+    ] {
+        bounded(name, move || compile_body(json!({ "guided_regex": r })));
+    }
+}
+
+#[test]
+fn exponential_work_is_bounded() {
+    // Every check of an enum value follows both branches, 64 levels deep: 2^64 visits.
+    let doubling = json!({
+        "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/a"}]}},
+        "enum": [1, "x", [1, 2], {"k": 1}],
+        "allOf": [{"$ref": "#/$defs/a"}],
+    });
+    schema_case("self-referencing anyOf under enum", doubling);
+    let doubling_all = json!({
+        "$defs": {"a": {"allOf": [{"anyOf": [{"$ref": "#/$defs/a"}, true]},
+                                 {"anyOf": [{"$ref": "#/$defs/a"}, true]}]}},
+        "const": {"k": [1, 2, 3]},
+        "not": {"$ref": "#/$defs/a"},
+    });
+    schema_case("self-referencing allOf/anyOf under const", doubling_all);
+    let items_doubling = json!({
+        "$defs": {"a": {"type": "array", "items": {"anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/a"}]}}},
+        "enum": [[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]],
+        "$ref": "#/$defs/a",
+    });
+    schema_case("self-referencing items under enum", items_doubling);
+    // Pairs of oneOf branches, each pair compared.
+    schema_case(
+        "1,000 oneOf branches",
+        json!({"oneOf": (0..1000).map(|i| json!({"const": i})).collect::<Vec<_>>()}),
+    );
+    schema_case(
+        "uniqueItems over a long enum of arrays",
+        json!({"type": "array", "uniqueItems": true, "maxItems": 3,
+               "enum": (0..600).map(|i| json!([i, i, i])).collect::<Vec<_>>()}),
+    );
+}
+
+#[test]
+fn counted_repetitions_of_an_empty_item_are_bounded() {
+    // The count is up to 2^32; an item that can match nothing must not be run once per count.
+    let count = u32::MAX;
+    schema_case(
+        "pattern (a?){2^32-1} under enum",
+        json!({"type": "string", "pattern": format!("^(a?){{{count}}}$"), "enum": ["aaa", "b"]}),
+    );
+    schema_case(
+        "pattern (a?){2^32-1}",
+        json!({"type": "string", "pattern": format!("^(a?){{{count}}}$")}),
+    );
+    schema_case(
+        "propertyNames (x?){2^32-1} under enum",
+        json!({"type": "object", "propertyNames": {"pattern": format!("^(x?){{{count},}}$")},
+               "enum": [{"x": 1}, {"y": 2}]}),
+    );
+    schema_case(
+        "patternProperties (x?){2^32-1} under enum",
+        json!({"type": "object",
+               "patternProperties": {format!("^(x?){{{count}}}$"): {"type": "integer"}},
+               "additionalProperties": false,
+               "enum": [{"x": 1}, {"xx": "a"}]}),
+    );
+    schema_case(
+        "patternProperties (x?){2^32-1}",
+        json!({"type": "object",
+               "patternProperties": {format!("^(x?){{{count}}}$"): {"type": "integer"}},
+               "additionalProperties": false}),
+    );
+    schema_case(
+        "maxLength 2^32-1 beside a pattern",
+        json!({"type": "string", "pattern": "^(a?)*$", "minLength": 0, "maxLength": count}),
+    );
+    schema_case(
+        "minLength 2^32-1",
+        json!({"type": "string", "minLength": count}),
+    );
+    schema_case(
+        "maxItems 2^32-1 of free-form items",
+        json!({"type": "array", "maxItems": count}),
+    );
+    schema_case(
+        "minItems 2^32-1",
+        json!({"type": "array", "items": {"type": "integer"}, "minItems": count}),
+    );
+    for (name, g) in [
+        (
+            "grammar (\"a\"?){0,4294967295}",
+            "root ::= (\"a\"?){0,4294967295}",
+        ),
+        ("grammar ([a]*){4294967295}", "root ::= ([a]*){4294967295}"),
+        (
+            "grammar x{0,4294967295} nested",
+            "root ::= ((\"ab\"){0,4294967295}){0,4294967295}",
+        ),
+    ] {
+        bounded(name, move || compile_body(json!({ "guided_grammar": g })));
+    }
+    bounded("regex (a?){4294967295}", || {
+        compile_body(json!({ "guided_regex": "(a?){4294967295}" }))
+    });
+}
+
+#[test]
+fn expansions_are_bounded_before_they_are_built() {
+    let props = |n: usize, s: Value| {
+        (0..n)
+            .map(|i| (format!("p{i}"), s.clone()))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    schema_case(
+        "1,000 optional free-form properties",
+        json!({"type": "object", "properties": props(1000, json!({}))}),
+    );
+    schema_case(
+        "300 optional free-form properties",
+        json!({"type": "object", "properties": props(300, json!(true))}),
+    );
+    schema_case(
+        "100 optional objects of 10 optional free-form properties",
+        json!({"type": "object", "properties": props(100, json!({"type": "object", "properties": props(10, json!({}))}))}),
+    );
+    schema_case(
+        "optional properties nested in arrays",
+        nested(
+            6,
+            |s| json!({"type": "array", "maxItems": 5, "items": {"type": "object", "properties": {"a": s, "b": {}, "c": {}, "d": {}}}}),
+        ),
+    );
+    schema_case("a definition used 16 times at each of 4 levels", {
+        let mut defs = serde_json::Map::new();
+        defs.insert(
+            "l0".into(),
+            json!({"type": "object", "properties": props(8, json!({}))}),
+        );
+        for l in 1..5 {
+            let r = json!({"$ref": format!("#/$defs/l{}", l - 1)});
+            defs.insert(
+                format!("l{l}"),
+                json!({"type": "object", "properties": props(16, r)}),
+            );
+        }
+        json!({"$defs": defs, "$ref": "#/$defs/l4"})
+    });
+}
+
+#[test]
+fn slicing_inside_a_character_is_an_error_not_a_panic() {
+    for r in [
+        "#/%aé",
+        "#/$defs/%é",
+        "#/%",
+        "#/%e",
+        "#/%zz",
+        "#/%E2%82",
+        "#/a%C3",
+    ] {
+        schema_case(
+            &format!("$ref {r}"),
+            json!({"$defs": {"a": {"type": "integer"}}, "$ref": r}),
+        );
+        schema_case(
+            &format!("$ref {r} under enum"),
+            json!({"$defs": {"a": {"type": "integer"}}, "enum": [1], "anyOf": [{"$ref": r}]}),
+        );
+    }
+    for p in [
+        "\\u{é}", "[é-a]", "(?<é>a)", "\\pé", "\\cé", "é{2,1}", "\\xé",
+    ] {
+        schema_case(
+            &format!("pattern {p}"),
+            json!({"type": "string", "pattern": p}),
+        );
+    }
+    for g in [
+        "root ::= \"\\xé\"",
+        "root ::= [é-a]",
+        "root ::= \"\\u00\"",
+        "root ::= [\\",
+    ] {
+        let g = g.to_owned();
+        bounded(&format!("grammar {g}"), move || {
+            compile_body(json!({ "guided_grammar": g }))
+        });
+    }
+}
