@@ -1,7 +1,7 @@
 // `poot serve` under hostile or broken clients, on the reference model: a stream nobody reads,
 // half-open connections, a client that leaves a non-streamed request, a panicking job, a
-// cross-site POST, a non-ASCII unknown field, a wrong Host, the API key, and admission before
-// compiling. Each test asserts status codes, a time bound and the `/health` counters, so a
+// cross-site POST, a non-ASCII unknown field, a wrong Host, the API key, admission before
+// compiling, and the connection cap. Each test asserts status codes, a time bound and the `/health` counters, so a
 // server that waits on a client, leaks a run or panics fails it.
 //
 // Needs POOT_BIN and POOT_REFERENCE_GGUF, as poot-serve.test.mjs does. The server runs with
@@ -79,7 +79,8 @@ async function start(args, env = {}) {
   const p = await freePort();
   const child = spawn(bin, ["serve", "--model", model, "--port", String(p), "--threads", "2", ...args], {
     stdio: ["ignore", "inherit", "inherit"],
-    env: { ...process.env, ...env },
+    // The panic test's panic is expected: its message, without a backtrace, is enough.
+    env: { ...process.env, RUST_BACKTRACE: "0", ...env },
   });
   servers.push(child);
   for (let i = 0; ; i++) {
@@ -358,4 +359,27 @@ test("(i) a full queue answers 503 before compiling the constraint", async () =>
     guided_regex: "(a|b)*a(a|b){17}",
   });
   assert.equal(again.status, 400, again.text);
+});
+
+test("(j) past --max-connections a connection is refused at once, and served once one frees", async () => {
+  const p = await start(["--max-connections", "2", "--header-timeout", String(TIMEOUT_S)]);
+  const stall = (s) => s.write(`GET /health HTTP/1.1\r\nHost: 127.0.0.1:${p}\r\n`);
+  const held = await Promise.all(
+    [0, 1].map(
+      () => new Promise((resolve) => { const s = net.connect(p, "127.0.0.1", () => { stall(s); resolve(s); }); s.on("error", () => {}); }),
+    ),
+  );
+  await sleep(100);
+  const t0 = Date.now();
+  const refused = await request(p, "GET", "/health").then((r) => r.status, (e) => e.code);
+  const refusedMs = Date.now() - t0;
+  assert.ok([503, "ECONNRESET", "EPIPE"].includes(refused), `got ${refused}`);
+  assert.ok(refusedMs < 1000, `refusing took ${refusedMs} ms`);
+  console.log(`(j) the third connection got ${refused} in ${refusedMs} ms`);
+  // The two stalled connections are closed by --header-timeout; then there is room again.
+  await sleep(TIMEOUT_S * 1000 + 500);
+  const r = await request(p, "GET", "/health");
+  assert.equal(r.status, 200);
+  for (const s of held) s.destroy();
+  servers.pop().kill();
 });

@@ -336,6 +336,12 @@ async fn listen(server: Arc<Server>, host: &str, port: u64) -> Result<ExitCode, 
         "poot serve: {} on http://{host}:{port}/v1",
         server.engine.model_name()
     );
+    if matches!(host, "0.0.0.0" | "::" | "[::]") && server.config.allowed_hosts.len() == 3 {
+        eprintln!(
+            "poot serve: only Host localhost, 127.0.0.1 and [::1] are answered; name this \
+             machine's others with --allowed-host"
+        );
+    }
     let connections = Arc::new(Semaphore::new(server.config.max_connections));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
