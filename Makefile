@@ -55,9 +55,10 @@ node-test:
 	@$(STAGE) node-test bash -c 'cd pkg && node --test test/node/'
 
 # `poot serve` (the binary `cargo test --features gpu,cli` built) under the official `openai`
-# client and plain HTTP.
+# client and plain HTTP, then under hostile clients; one file at a time, as the faults' time
+# bounds assume the model's thread has the CPU to itself.
 serve-test:
-	@$(STAGE) serve-test bash -c 'cd pkg && POOT_BIN=$(CURDIR)/target/debug/poot node --test test/integration/poot-serve.test.mjs'
+	@$(STAGE) serve-test bash -c 'cd pkg && POOT_BIN=$(CURDIR)/target/debug/poot node --test --test-concurrency=1 test/integration/poot-serve.test.mjs test/integration/poot-serve-faults.test.mjs'
 
 # The package's request/response types against the `openai` package's (compile-time only).
 types-test:

@@ -566,6 +566,18 @@ impl Run {
         backend: &mut dyn Backend,
         emit: &mut dyn FnMut(Value) -> bool,
     ) -> Result<()> {
+        self.drive_steps(backend, &mut |chunks| chunks.into_iter().all(&mut *emit))
+    }
+
+    /// [`Run::drive`] with one call of `step` after every forward pass, with the chunks that
+    /// step produced (none for a non-streamed run, and none for a step whose text is held
+    /// back): `false` cancels the run there. A server checks once per token whether its
+    /// client is still there, also while nothing is being streamed to it.
+    pub fn drive_steps(
+        &mut self,
+        backend: &mut dyn Backend,
+        step: &mut dyn FnMut(Vec<Value>) -> bool,
+    ) -> Result<()> {
         while let Some(fwd) = self.pending.clone() {
             backend.truncate(fwd.keep);
             let chunks = if backend.samples_on_device() && self.samples_on_device() {
@@ -575,11 +587,9 @@ impl Run {
                 let logits = backend.forward(&fwd.tokens)?;
                 self.on_logits(logits)?
             };
-            for chunk in chunks {
-                if !emit(chunk) {
-                    self.cancel();
-                    return Ok(());
-                }
+            if !step(chunks) {
+                self.cancel();
+                return Ok(());
             }
         }
         Ok(())

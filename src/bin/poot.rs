@@ -46,6 +46,9 @@ const USAGE: &str = "usage:
   poot bench  --model GGUF [--backend cpu|gpu] [--prompt-tokens 64] [--tokens 16]
               [--request FILE] [--threads T]
   poot serve  --model GGUF [--port 8080] [--host 127.0.0.1] [--backend cpu|gpu] [--threads T]
+              [--api-key KEY] [--allowed-host NAME]... [--allowed-origin ORIGIN]...
+              [--max-connections 256] [--queue 64] [--header-timeout 5] [--body-timeout 10]
+              [--write-timeout 5]
   poot check  --request FILE [--emit gbnf]
   poot coverage --model GGUF|tokenizer.json PATH...
   poot trace  --model GGUF|tokenizer.json --request FILE --output TEXT_FILE [--masks]
@@ -92,7 +95,10 @@ impl From<Error> for Failure {
 /// Parsed `--key value` options and bare `--flag`s.
 #[derive(Debug)]
 struct Options {
+    /// The last value of each option.
     values: HashMap<String, String>,
+    /// Every `--key value` in order, for the options that may repeat.
+    all: Vec<(String, String)>,
     masks: bool,
     chat: bool,
 }
@@ -100,6 +106,7 @@ struct Options {
 impl Options {
     fn parse(args: &[String], allowed: &[&str]) -> Result<Self, Failure> {
         let mut values = HashMap::new();
+        let mut all = Vec::new();
         let (mut masks, mut chat) = (false, false);
         let mut it = args.iter();
         while let Some(arg) = it.next() {
@@ -121,9 +128,11 @@ impl Options {
                 .next()
                 .ok_or_else(|| Failure::Usage(format!("`--{key}` needs a value")))?;
             values.insert(key.to_owned(), value.clone());
+            all.push((key.to_owned(), value.clone()));
         }
         Ok(Options {
             values,
+            all,
             masks,
             chat,
         })
@@ -134,6 +143,15 @@ impl Options {
             .get(key)
             .map(String::as_str)
             .ok_or_else(|| Failure::Usage(format!("`--{key}` is required")))
+    }
+
+    /// Every value given for `key` (an option that may repeat), in order.
+    fn repeated(&self, key: &str) -> Vec<&str> {
+        self.all
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
     }
 
     fn number(&self, key: &str, default: Option<u64>) -> Result<u64, Failure> {

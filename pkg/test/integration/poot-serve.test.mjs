@@ -203,12 +203,17 @@ test("invalid requests are OpenAI 400s the client surfaces with param and code",
   });
   const r = await fetch(`${base}/v1/nothing`);
   assert.equal(r.status, 404);
-  const big = await fetch(`${base}/v1/chat/completions`, { method: "POST", body: "x".repeat(2 << 20) });
+  const big = await fetch(`${base}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: "x".repeat(2 << 20),
+  });
   assert.equal(big.status, 413);
   assert.match((await big.json()).error.message, /limit of 1048576 bytes/);
   // Unknown fields are accepted and reported.
   const w = await fetch(`${base}/v1/completions`, {
     method: "POST",
+    headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ prompt: "Hi", max_tokens: 1, temprature: 0 }),
   });
   assert.equal(w.status, 200);
