@@ -272,11 +272,11 @@ class Instance {
 const armedPanics = new WeakMap<object, boolean>();
 
 /**
- * Test-only (reached through `poot/dist/testing.js`, which the package's exports do not
- * name): the engine's next step calls the wasm export `debugPanic` instead of stepping, a
+ * Test-only (re-exported by src/testing.ts, which is not published, and not by index.ts):
+ * the engine's next step calls the wasm export `debugPanic` instead of stepping, a
  * real Rust panic in its wasm instance. `inFuture`: inside a pending promise, as a panic
  * during a WebGPU step would be. An engine of `createWorkerEngine` must be armed in its
- * worker (see test/browser/pages/engine-worker.js).
+ * worker (see test/browser/pages/crash-worker.js).
  */
 export function armDebugPanic(engine: Engine, inFuture = false): void {
   if (!(engine instanceof EngineImpl)) throw new TypeError("armDebugPanic needs an engine of createEngine");

@@ -4,7 +4,7 @@
 // fetch), and the next request works. On the CPU path a step is synchronous, so the trap lands
 // in the caller's stack; on the GPU path a step is a promise whose future panics, which never
 // settles by itself, and the panic hook rejects it. The panic is a real one: `armDebugPanic`
-// (dist/testing.js, a test-only hook outside the package's exports) makes the engine's next
+// (dist/testing.js, a test-only hook that npm does not publish) makes the engine's next
 // step call the wasm export `debugPanic` instead of stepping.
 //
 // The promise case runs in a child process, since the trap there escapes as an uncaught

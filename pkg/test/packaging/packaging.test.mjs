@@ -42,6 +42,7 @@ test("npm pack ships dist, wasm and bin, and nothing else", () => {
   }
   const stray = paths.filter((p) => !/^(package\.json|README\.md|LICENSE.*|dist\/|wasm\/|bin\/)/.test(p));
   assert.deepEqual(stray, [], "only dist, wasm and bin are published");
+  assert.deepEqual(paths.filter((p) => p.startsWith("dist/testing.")), [], "the test-only hooks are not published");
   mkdirSync(join(scratch, "node_modules", "poot"), { recursive: true });
   execFileSync("tar", ["-xzf", join(scratch, filename), "-C", join(scratch, "node_modules", "poot"), "--strip-components=1"]);
 });
