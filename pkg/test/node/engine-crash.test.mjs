@@ -124,6 +124,29 @@ test("recover: false keeps the old behaviour: the crashed engine rejects every l
   await other.unload();
 });
 
+test("a restart that fails rejects the requests waiting for it with engine_crashed; the next request tries again", async () => {
+  assert.ok(MODEL, "POOT_REFERENCE_GGUF must be set");
+  const bytes = new Uint8Array(readFileSync(MODEL));
+  let recovered = false;
+  const engine = await createEngine({ model: bytes, wasm: readFileSync(WASM), backend: "cpu", onRecover: () => (recovered = true) });
+  // The bytes the engine holds to read the model again are gone (transferred away).
+  structuredClone(bytes.buffer, { transfer: [bytes.buffer] });
+  assert.equal(bytes.length, 0);
+  armDebugPanic(engine);
+  assert.match((await rejection(engine.completions.create({ prompt: "x" }))).message, CRASHED);
+  const waited = await rejection(engine.completions.create({ prompt: "x" }));
+  assert.ok(waited instanceof PootError);
+  assert.equal(waited.code, "engine_crashed");
+  assert.equal(waited.status, 500);
+  assert.match(waited.message, /^the engine crashed and restarting it failed \(.+\); the next request tries again$/s);
+  const again = await rejection(engine.models.list());
+  assert.equal(again.code, "engine_crashed");
+  assert.notEqual(again, waited, "a second attempt, with an error of its own");
+  assert.equal(recovered, false);
+  assert.equal(engine.crashes, 1);
+  await engine.unload();
+});
+
 test("a panic inside a pending step's promise rejects instead of hanging, and the engine recovers", { timeout: 120_000 }, async () => {
   assert.ok(MODEL, "POOT_REFERENCE_GGUF must be set");
   const script = `
