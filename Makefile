@@ -35,6 +35,7 @@ build: wasm ts
 wasm:
 	@$(STAGE) wasm-build cargo build --target $(WASM_TARGET) --release --features gpu
 	@$(STAGE) wasm-bindgen wasm-bindgen --target web --out-dir pkg/wasm --out-name poot $(WASM)
+	@$(STAGE) glue-instance node scripts/glue-instance.mjs pkg/wasm/poot.js
 
 ts:
 	@$(STAGE) tsc bash -c 'cd pkg && npx tsc -p .'

@@ -4,7 +4,7 @@
 // Cache Storage itself ("poot-models"), and /models/ requests pass straight through.
 const CACHE = "poot-demo-shell-v1";
 const SHELL = ["./", "./index.html", "./style.css", "./app.js", "./validate.js", "./engine-worker.js", "./kernel.html", "./kernel.js",
-  "/pkg/wasm/poot.js", "/pkg/wasm/poot_bg.wasm"];
+  "/pkg/wasm/poot.js", "/pkg/wasm/poot_instance.js", "/pkg/wasm/poot_bg.wasm"];
 
 /** The package's modules: /pkg/dist/index.js and everything it imports, found by reading them. */
 async function packageModules() {

@@ -25,9 +25,12 @@ export interface StartedRun {
 
 /** What `engine.fetch` needs of the engine. */
 export interface FetchTarget {
-  models(): ModelList;
-  /** Validates and queues a request; throws a PootError for a bad one. */
-  start(endpoint: "chat" | "completion", body: string, signal?: AbortSignal): StartedRun;
+  models(): ModelList | Promise<ModelList>;
+  /**
+   * Validates and queues a request; throws a PootError for a bad one. A promise while the
+   * engine restarts after a crash.
+   */
+  start(endpoint: "chat" | "completion", body: string, signal?: AbortSignal): StartedRun | Promise<StartedRun>;
 }
 
 const encoder = new TextEncoder();
@@ -88,10 +91,10 @@ function sse(run: StartedRun, signal: AbortSignal | undefined): ReadableStream<U
 }
 
 /** GET …/models, or …/models/{id}. */
-function models(target: FetchTarget, id: string | null): Response {
+async function models(target: FetchTarget, id: string | null): Promise<Response> {
   let list: ModelList;
   try {
-    list = target.models();
+    list = await target.models();
   } catch (e) {
     return errorResponse(e);
   }
@@ -137,8 +140,9 @@ export function createFetch(target: FetchTarget): typeof globalThis.fetch {
 
     let run: StartedRun;
     try {
-      run = target.start(endpoint, body, signal);
+      run = await target.start(endpoint, body, signal);
     } catch (e) {
+      if (signal?.aborted) throw abortReason(signal);
       return errorResponse(e);
     }
     const headers: Record<string, string> = {};

@@ -17,7 +17,7 @@ export type {
 export { compileConstraint, loadVocabulary } from "./constraint.js";
 export type { CompileConstraintOptions, ConstraintMatcher, ConstraintRequest, ConstraintVocabulary, VocabularySource } from "./constraint.js";
 export { createEngine } from "./engine.js";
-export type { BackendInfo, ChatCompletions, Completions, Engine, EngineOptions, LoadProgress, ModelSource } from "./engine.js";
+export type { BackendInfo, ChatCompletions, Completions, CrashEvent, Engine, EngineOptions, LoadProgress, ModelSource, RecoverEvent } from "./engine.js";
 export type * from "./types.js";
 export { createWorkerEngine, serveEngine } from "./worker.js";
 export type { SerializedError, WorkerEngineOptions, WorkerLike, WorkerLoadOptions, WorkerReply, WorkerRequest, WorkerScope } from "./worker.js";

@@ -1,20 +1,63 @@
-// The one module that imports the wasm-bindgen glue; everything else in the package is plain
+// The one module that loads the wasm-bindgen glue; everything else in the package is plain
 // TypeScript that can be tested without wasm.
-import init, * as glue from "../wasm/poot.js";
+//
+// The glue is used through `poot_instance.js` (scripts/glue-instance.mjs writes it from the
+// glue at build time): the same code wrapped in `createGlue()`, so that there can be more than
+// one instance. `wasm-bindgen --target web` keeps its state (the instance, its memory views,
+// the registries that free Rust objects) in module-level variables and initialises once per
+// module; a wasm instance that trapped on a Rust panic cannot be used again, so the engine
+// needs a fresh instance, with fresh glue state, to recover (see engine.ts).
+import type * as glue from "../wasm/poot.js";
+import { createGlue, wasmUrl } from "../wasm/poot_instance.js";
 
 /** The compiled wasm module's exports, once loaded. */
 export type Wasm = typeof glue;
 
 /**
- * Where the `.wasm` bytes come from: omitted, the glue fetches `poot_bg.wasm` next to itself
+ * Where the `.wasm` bytes come from: omitted, `poot_bg.wasm` is fetched from next to the glue
  * (`new URL(..., import.meta.url)`, which bundlers follow); in Node pass the file's bytes.
  */
 export type WasmSource = URL | string | Response | BufferSource | WebAssembly.Module;
 
+let compiling: Promise<WebAssembly.Module> | undefined;
 let loading: Promise<Wasm> | undefined;
+
+/** Fetches and compiles the `.wasm` once: the first call's source is the one used. */
+function compiled(source?: WasmSource): Promise<WebAssembly.Module> {
+  compiling ??= compile(source);
+  compiling.catch(() => (compiling = undefined)); // a failed attempt is not kept
+  return compiling;
+}
+
+async function compile(source: WasmSource | undefined): Promise<WebAssembly.Module> {
+  if (source instanceof WebAssembly.Module) return source;
+  if (source === undefined || typeof source === "string" || source instanceof URL) {
+    source = await fetch(source ?? wasmUrl());
+  }
+  if (typeof Response === "function" && source instanceof Response) {
+    if (!source.ok) throw new Error(`failed to fetch Wasm: ${source.status} ${source.statusText} fetching '${source.url}'`);
+    if (typeof WebAssembly.compileStreaming === "function" && source.headers.get("content-type") === "application/wasm") {
+      return WebAssembly.compileStreaming(source);
+    }
+    return WebAssembly.compile(await source.arrayBuffer());
+  }
+  return WebAssembly.compile(source as BufferSource);
+}
+
+/**
+ * A new wasm instance with its own glue state, from the module compiled once: the engine
+ * takes one per model, and a fresh one after a crash. No fetch and no compile after the first.
+ */
+export async function instantiateWasm(source?: WasmSource): Promise<Wasm> {
+  const module = await compiled(source);
+  const fresh = createGlue();
+  await fresh.default({ module_or_path: module });
+  return fresh;
+}
 
 /** Loads and instantiates the wasm module once; later calls share the same instance. */
 export function loadWasm(source?: WasmSource): Promise<Wasm> {
-  loading ??= init(source === undefined ? undefined : { module_or_path: source }).then(() => glue);
+  loading ??= instantiateWasm(source);
+  loading.catch(() => (loading = undefined));
   return loading;
 }

@@ -18,11 +18,28 @@
 // just ends, and `engine.fetch` answers with the worker engine's own responses, byte for byte.
 //
 // Model bytes given as an `ArrayBuffer` (or a `Uint8Array` spanning its whole buffer) are
-// transferred, not copied: the caller's buffer is detached. A worker that fails (its `error`
+// transferred, not copied: the caller's buffer is detached (except with a worker factory, see
+// createWorkerEngine: they are then copied once into a Blob, kept for a replacement worker). A worker that fails (its `error`
 // event), is terminated through `worker.terminate()`, or dies otherwise (detected with a Web
 // Lock the worker holds while it serves) rejects every pending call and ends every open stream
 // with a PootError (`worker_failed`).
-import { createEngine, type BackendInfo, type ChatCompletions, type Completions, type Engine, type EngineOptions } from "./engine.js";
+//
+// A crash of the engine (a Rust panic) is not the worker's death: the engine recovers, as in
+// the page. Given a function that starts a worker, `createWorkerEngine` terminates the crashed
+// worker and loads the model in a new one; given a Worker, the engine inside it restarts on a
+// fresh wasm instance. The worker tells the calling side with `crashed` and `recovered`
+// messages (under the load call's id).
+import {
+  createEngine,
+  notify,
+  untilAborted,
+  type BackendInfo,
+  type ChatCompletions,
+  type Completions,
+  type Engine,
+  type EngineOptions,
+  type RecoverEvent,
+} from "./engine.js";
 import { PootError, toPootError } from "./errors.js";
 import { abortError, type LoadProgress } from "./modelSource.js";
 import type { ModelList } from "./types.js";
@@ -47,7 +64,11 @@ export type WorkerReply =
   | { kind: "end"; id: string; content: null }
   | { kind: "response"; id: string; content: { status: number; statusText: string; headers: [string, string][] } }
   | { kind: "body"; id: string; content: Uint8Array }
-  | { kind: "error"; id: string; content: SerializedError };
+  | { kind: "error"; id: string; content: SerializedError }
+  /** The engine loaded by call `id` crashed (a Rust panic). */
+  | { kind: "crashed"; id: string; content: { error: SerializedError; crashes: number } }
+  /** The engine loaded by call `id` restarted after a crash (on its own, in this worker). */
+  | { kind: "recovered"; id: string; content: RecoverEvent & { backend: BackendInfo } };
 
 /** The engine options as they cross: the model as a URL string, a Blob or bytes. */
 export interface WorkerLoadOptions {
@@ -55,6 +76,8 @@ export interface WorkerLoadOptions {
   backend?: EngineOptions["backend"];
   cache?: EngineOptions["cache"];
   wasm?: string | ArrayBuffer | WebAssembly.Module;
+  /** Whether the engine in the worker restarts by itself after a crash (see createWorkerEngine). */
+  recover?: boolean;
 }
 
 /** An error as it crosses: a PootError's fields and its name (`AbortError` for an abort). */
@@ -84,7 +107,7 @@ export interface WorkerScope {
   removeEventListener(type: "message", listener: (event: MessageEvent) => void): void;
 }
 
-const KINDS = new Set(["progress", "loaded", "result", "stream", "chunk", "end", "response", "body", "error"]);
+const KINDS = new Set(["progress", "loaded", "result", "stream", "chunk", "end", "response", "body", "error", "crashed", "recovered"]);
 
 export function serializeError(thrown: unknown): SerializedError {
   const e = toPootError(thrown);
@@ -154,13 +177,16 @@ export function serveEngine(
       case "load":
         void call(id, async (signal) => {
           const o = msg.content;
-          const engine = await create({
+          const engine: Engine = await create({
             model: o.model,
             backend: o.backend,
             cache: o.cache,
             wasm: o.wasm as WasmSource | undefined,
             signal,
             onProgress: (p) => send({ kind: "progress", id, content: { ...p } }),
+            recover: o.recover,
+            onCrash: (e) => send({ kind: "crashed", id, content: { error: serializeError(e.error), crashes: e.crashes } }),
+            onRecover: (e) => send({ kind: "recovered", id, content: { ...e, backend: { ...engine.backend } } }),
           });
           const lock = await holdLock(`poot-worker-engine-${id}`);
           engines.set(id, { engine, release: lock.release });
@@ -252,112 +278,128 @@ interface Pending {
   onDead(error: PootError): void;
 }
 
-/**
- * The engine of `createEngine`, running in `worker` (which calls {@link serveEngine}). Resolves
- * once the model is loaded there; `opts.onProgress` hears the worker's progress.
- */
-export async function createWorkerEngine(worker: WorkerLike, opts: WorkerEngineOptions): Promise<Engine> {
-  const pending = new Map<string, Pending>();
-  let dead: PootError | null = null;
-  let unloading = false;
+const workerFailed = (message: string) => new PootError(message, { status: 500, code: "worker_failed" });
 
-  const die = (message: string) => {
-    if (dead) return;
-    dead = new PootError(message, { status: 500, code: "worker_failed" });
-    worker.removeEventListener("message", onMessage);
-    worker.removeEventListener("error", onError);
-    worker.removeEventListener("messageerror", onMessageError);
-    const calls = [...pending.values()];
-    pending.clear();
-    for (const p of calls) p.onDead(dead);
-  };
-  const onMessage = (event: Event) => {
+/** One worker, and the calls in flight on it. */
+class Connection {
+  readonly worker: WorkerLike;
+  readonly pending = new Map<string, Pending>();
+  dead: PootError | null = null;
+  /** The engine's id in the worker (its load call's id), once loaded. */
+  engineId = "";
+  unloading = false;
+  /** Hears the engine's `crashed` and `recovered` messages. */
+  onEvent: ((reply: Extract<WorkerReply, { kind: "crashed" | "recovered" }>) => void) | undefined;
+
+  constructor(worker: WorkerLike) {
+    this.worker = worker;
+    worker.addEventListener("message", this.#onMessage);
+    worker.addEventListener("error", this.#onError);
+    worker.addEventListener("messageerror", this.#onMessageError);
+    if (typeof worker.terminate === "function") {
+      const terminate = worker.terminate;
+      const die = (e: PootError) => this.die(e);
+      worker.terminate = function (this: WorkerLike) {
+        terminate.call(this);
+        die(workerFailed("the engine's worker was terminated"));
+      };
+    }
+  }
+
+  #onMessage = (event: Event) => {
     const reply = (event as MessageEvent).data as WorkerReply;
     if (typeof reply !== "object" || reply === null || !KINDS.has(reply.kind)) return;
-    pending.get(reply.id)?.onReply(reply);
+    if (reply.kind === "crashed" || reply.kind === "recovered") {
+      if (reply.id === this.engineId && !this.dead) this.onEvent?.(reply);
+      return;
+    }
+    this.pending.get(reply.id)?.onReply(reply);
   };
-  const onError = (event: Event) => {
+
+  #onError = (event: Event) => {
     const message = (event as ErrorEvent).message;
     event.preventDefault?.();
-    die(`the engine's worker failed: ${message || "it could not load its script or threw an uncaught error"}`);
+    this.die(workerFailed(`the engine's worker failed: ${message || "it could not load its script or threw an uncaught error"}`));
   };
-  const onMessageError = () => die("the engine's worker sent a message that could not be read (messageerror)");
-  worker.addEventListener("message", onMessage);
-  worker.addEventListener("error", onError);
-  worker.addEventListener("messageerror", onMessageError);
-  if (typeof worker.terminate === "function") {
-    const terminate = worker.terminate;
-    worker.terminate = function (this: WorkerLike) {
-      terminate.call(this);
-      die("the engine's worker was terminated");
-    };
+
+  #onMessageError = () => this.die(workerFailed("the engine's worker sent a message that could not be read (messageerror)"));
+
+  /** Ends every call in flight with `error`; later calls reject with it. */
+  die(error: PootError) {
+    if (this.dead) return;
+    this.dead = error;
+    this.worker.removeEventListener("message", this.#onMessage);
+    this.worker.removeEventListener("error", this.#onError);
+    this.worker.removeEventListener("messageerror", this.#onMessageError);
+    const calls = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of calls) p.onDead(error);
   }
 
   /** Starts call `id`: `pending` hears its replies until it deletes itself or the worker dies. */
-  const start = (request: WorkerRequest, handler: Pending, transfer: Transferable[] = []) => {
-    if (dead) return handler.onDead(dead);
-    pending.set(request.id, handler);
+  start(request: WorkerRequest, handler: Pending, transfer: Transferable[] = []) {
+    if (this.dead) return handler.onDead(this.dead);
+    this.pending.set(request.id, handler);
     try {
-      worker.postMessage(request, transfer);
+      this.worker.postMessage(request, transfer);
     } catch (e) {
-      pending.delete(request.id);
+      this.pending.delete(request.id);
       // A request that cannot be cloned (a function in it, say) is the caller's fault.
       handler.onDead(new PootError(`cannot send the request to the engine's worker: ${(e as Error)?.message ?? e}`, { status: 400, code: "invalid_input" }));
     }
-  };
-  const abort = (id: string) => {
-    if (!pending.delete(id) || dead) return;
-    worker.postMessage({ kind: "abort", id, content: null } satisfies WorkerRequest, []);
-  };
-  /** Calls `onAbort` when `signal` aborts; returns the function that stops listening. */
-  const onSignal = (signal: AbortSignal | undefined, onAbort: () => void) => {
-    signal?.addEventListener("abort", onAbort, { once: true });
-    return () => signal?.removeEventListener("abort", onAbort);
-  };
+  }
 
-  /** A call answered by one `result` or `error`. */
-  const simple = <T>(kind: "models" | "unload", content: { engine: string }): Promise<T> =>
-    new Promise<T>((resolve, reject) => {
-      const id = String(nextId++);
-      start({ kind, id, content }, {
-        onReply(reply) {
-          if (reply.kind !== "result" && reply.kind !== "error") return;
-          pending.delete(id);
-          if (reply.kind === "error") reject(deserializeError(reply.content));
-          else resolve(reply.content as T);
-        },
-        onDead: reject,
-      });
-    });
+  abort(id: string) {
+    if (!this.pending.delete(id) || this.dead) return;
+    this.worker.postMessage({ kind: "abort", id, content: null } satisfies WorkerRequest, []);
+  }
+}
 
-  // Load.
+/** Calls `onAbort` when `signal` aborts; returns the function that stops listening. */
+function onSignal(signal: AbortSignal | undefined, onAbort: () => void) {
+  signal?.addEventListener("abort", onAbort, { once: true });
+  return () => signal?.removeEventListener("abort", onAbort);
+}
+
+type Loaded = Extract<WorkerReply, { kind: "loaded" }>["content"];
+
+/** Loads the model in `conn`'s worker; `onProgress` hears the worker's progress. */
+function loadIn(
+  conn: Connection,
+  content: WorkerLoadOptions,
+  transfer: Transferable[],
+  signal: AbortSignal | undefined,
+  onProgress: (p: LoadProgress) => void,
+): Promise<Loaded> {
   const loadId = String(nextId++);
-  const { content: load, transfer } = await loadOptions(opts);
-  const loaded = await new Promise<Extract<WorkerReply, { kind: "loaded" }>["content"]>((resolve, reject) => {
-    const signal = opts.signal;
+  return new Promise<Loaded>((resolve, reject) => {
     if (signal?.aborted) return reject(abortError(signal, "loading the model"));
     const stop = onSignal(signal, () => {
-      abort(loadId);
-      reject(abortError(signal, "loading the model"));
+      conn.abort(loadId);
+      reject(abortError(signal!, "loading the model"));
     });
-    start({ kind: "load", id: loadId, content: load }, {
+    conn.start({ kind: "load", id: loadId, content }, {
       onReply(reply) {
         if (reply.kind === "progress") {
           try {
-            opts.onProgress?.(reply.content);
+            onProgress(reply.content);
           } catch (e) {
             // As in the page, a throwing callback fails the load.
-            abort(loadId);
+            conn.abort(loadId);
             stop();
             reject(e);
           }
           return;
         }
         if (reply.kind !== "loaded" && reply.kind !== "error") return;
-        pending.delete(loadId);
+        conn.pending.delete(loadId);
         stop();
-        if (reply.kind === "error") reject(deserializeError(reply.content));
-        else resolve(reply.content);
+        if (reply.kind === "error") return reject(deserializeError(reply.content));
+        conn.engineId = loadId;
+        if (reply.content.lock) {
+          watchLock(reply.content.lock, () => !conn.unloading && conn.die(workerFailed("the engine's worker stopped (it was closed, or it crashed)")));
+        }
+        resolve(reply.content);
       },
       onDead(e) {
         stop();
@@ -365,34 +407,123 @@ export async function createWorkerEngine(worker: WorkerLike, opts: WorkerEngineO
       },
     }, transfer);
   });
-  if (loaded.lock) watchLock(loaded.lock, () => !unloading && die("the engine's worker stopped (it was closed, or it crashed)"));
-  const engineId = loadId;
+}
+
+/**
+ * The engine of `createEngine`, running in a worker (which calls {@link serveEngine}). Resolves
+ * once the model is loaded there; `opts.onProgress` hears the worker's progress.
+ *
+ * `worker` is a Worker, or a function that starts one. After a crash (a Rust panic in the
+ * worker's engine) the engine recovers, as the in-page one does (see engine.ts): given a
+ * function, this side terminates the crashed worker and starts a new one, where the model is
+ * loaded again (a URL from the Cache Storage copy; bytes from a Blob this side keeps: given a
+ * function, model bytes are copied once into a Blob, not transferred, and `.wasm` bytes are
+ * compiled here once, and the module sent); given a Worker, the engine inside it restarts on a
+ * fresh wasm instance. Either way the requests in flight reject with `engine_crashed`, later
+ * ones wait for the restart, and `onCrash`, `onRecover` and `engine.crashes` are as in the page.
+ */
+export async function createWorkerEngine(worker: WorkerLike | (() => WorkerLike), opts: WorkerEngineOptions): Promise<Engine> {
+  const factory = typeof worker === "function" ? worker : undefined;
+  const recover = opts?.recover !== false;
+  // Given a function, this side replaces a crashed worker; else the engine in it restarts.
+  const replaces = recover && factory !== undefined;
+  const { content: load, transfer } = await loadOptions(opts, replaces);
+  load.recover = recover && !replaces;
+
+  let conn: Connection;
+  let backend: BackendInfo;
+  let crashes = 0;
+  /** The crash that `conn` died of, while it is still to be replaced. */
+  let crash: PootError | null = null;
+  let replacing: Promise<Connection> | undefined;
+
+  const onEvent = (from: Connection) => (reply: Extract<WorkerReply, { kind: "crashed" | "recovered" }>) => {
+    if (from !== conn) return;
+    if (reply.kind === "crashed") {
+      crashes++;
+      const error = deserializeError(reply.content.error);
+      notify(opts.onCrash, { error, crashes });
+      if (replaces) {
+        crash = error;
+        ready().catch(() => {});
+      }
+      return;
+    }
+    const { backend: b, ...event } = reply.content;
+    backend = Object.freeze({ ...b });
+    notify(opts.onRecover, { ...event, crashes });
+  };
+
+  /** The worker to call: at once, or once the one replacing a crashed worker is loaded. */
+  const ready = (): Promise<Connection> => {
+    if (replacing) return replacing;
+    if (crash) {
+      replacing = replace(crash).finally(() => (replacing = undefined));
+      return replacing;
+    }
+    return Promise.resolve(conn);
+  };
+
+  const replace = async (error: PootError): Promise<Connection> => {
+    const old = conn;
+    old.die(error); // its calls in flight reject with the crash
+    old.worker.terminate?.();
+    const t0 = performance.now();
+    let from: LoadProgress["phase"] | undefined;
+    let next: Connection | undefined;
+    try {
+      const fresh = (next = new Connection(factory!()));
+      fresh.onEvent = onEvent(fresh);
+      const loaded = await loadIn(fresh, load, [], undefined, (p) => void (from ??= p.phase));
+      conn = fresh;
+      crash = null;
+      backend = Object.freeze({ ...loaded.backend });
+      const modelFrom = from === "cache" ? "cache" : from === "download" ? "network" : typeof load.model === "string" ? "network" : "blob";
+      notify(opts.onRecover, { crashes, ms: performance.now() - t0, modelFrom });
+      return fresh;
+    } catch (e) {
+      next?.worker.terminate?.();
+      throw new PootError(`the engine crashed and restarting its worker failed (${toPootError(e).message}); the next request tries again`, {
+        status: 500,
+        code: "engine_crashed",
+      });
+    }
+  };
+
+  // Load.
+  const first = new Connection(factory ? factory() : (worker as WorkerLike));
+  first.onEvent = onEvent(first);
+  conn = first;
+  const loaded = await loadIn(first, load, transfer, opts.signal, (p) => opts.onProgress?.(p));
+  backend = Object.freeze({ ...loaded.backend });
 
   /** `create` on either endpoint, as the in-page engine answers it. */
-  const create = (endpoint: "chat" | "completions", req: object, o?: { signal?: AbortSignal }): Promise<unknown> =>
-    new Promise((resolve, reject) => {
-      const signal = o?.signal;
+  const create = async (endpoint: "chat" | "completions", req: object, o?: { signal?: AbortSignal }): Promise<unknown> => {
+    const signal = o?.signal;
+    if (signal?.aborted) throw abortError(signal, "the request");
+    const c = await untilAborted(ready(), signal);
+    return new Promise((resolve, reject) => {
       if (signal?.aborted) return reject(abortError(signal, "the request"));
       const id = String(nextId++);
       let open: ChunkQueue | null = null;
       const stop = onSignal(signal, () => {
-        abort(id);
+        c.abort(id);
         // As in the page: an aborted call rejects, an aborted stream just ends.
         if (open) open.end();
-        else reject(abortError(signal, "the request"));
+        else reject(abortError(signal!, "the request"));
       });
-      start({ kind: "create", id, content: { engine: engineId, endpoint, request: req } }, {
+      c.start({ kind: "create", id, content: { engine: c.engineId, endpoint, request: req } }, {
         onReply(reply) {
           switch (reply.kind) {
             case "result":
-              pending.delete(id);
+              c.pending.delete(id);
               stop();
               resolve(reply.content);
               return;
             case "stream":
               open = new ChunkQueue(() => {
                 stop();
-                abort(id);
+                c.abort(id);
               });
               resolve(open);
               return;
@@ -400,12 +531,12 @@ export async function createWorkerEngine(worker: WorkerLike, opts: WorkerEngineO
               open?.push(reply.content);
               return;
             case "end":
-              pending.delete(id);
+              c.pending.delete(id);
               stop();
               open?.end();
               return;
             case "error": {
-              pending.delete(id);
+              c.pending.delete(id);
               stop();
               const e = deserializeError(reply.content);
               if (open) open.fail(e);
@@ -421,6 +552,24 @@ export async function createWorkerEngine(worker: WorkerLike, opts: WorkerEngineO
         },
       });
     });
+  };
+
+  /** A call answered by one `result` or `error`. */
+  const simple = async <T>(kind: "models" | "unload", c?: Connection): Promise<T> => {
+    const on = c ?? (await ready());
+    return new Promise<T>((resolve, reject) => {
+      const id = String(nextId++);
+      on.start({ kind, id, content: { engine: on.engineId } }, {
+        onReply(reply) {
+          if (reply.kind !== "result" && reply.kind !== "error") return;
+          on.pending.delete(id);
+          if (reply.kind === "error") reject(deserializeError(reply.content));
+          else resolve(reply.content as T);
+        },
+        onDead: reject,
+      });
+    });
+  };
 
   /** `engine.fetch`: the worker engine's own `fetch`, its response body streamed across. */
   const fetch = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
@@ -434,15 +583,24 @@ export async function createWorkerEngine(worker: WorkerLike, opts: WorkerEngineO
     const headers = headerList(new Headers(init?.headers ?? request?.headers));
     const body = init?.body != null ? await new Response(init.body).text() : request && method !== "GET" && method !== "HEAD" ? await request.text() : null;
     if (signal?.aborted) throw abortReason(signal);
+    let c: Connection;
+    try {
+      c = await untilAborted(ready(), signal);
+    } catch (e) {
+      if (signal?.aborted) throw abortReason(signal);
+      // As the in-page engine's fetch answers a failed restart: a 500 with the error.
+      const err = toPootError(e);
+      return new Response(JSON.stringify(err.toJSON()), { status: 500, headers: { "content-type": "application/json" } });
+    }
     return new Promise<Response>((resolve, reject) => {
       const id = String(nextId++);
       let sink: ReadableStreamDefaultController<Uint8Array> | null = null;
       const stop = onSignal(signal, () => {
-        abort(id);
+        c.abort(id);
         if (sink) sink.error(abortReason(signal!));
         else reject(abortReason(signal!));
       });
-      start({ kind: "fetch", id, content: { engine: engineId, url, method, headers, body } }, {
+      c.start({ kind: "fetch", id, content: { engine: c.engineId, url, method, headers, body } }, {
         onReply(reply) {
           switch (reply.kind) {
             case "response": {
@@ -450,7 +608,7 @@ export async function createWorkerEngine(worker: WorkerLike, opts: WorkerEngineO
                 start: (controller) => void (sink = controller),
                 cancel: () => {
                   stop();
-                  abort(id);
+                  c.abort(id);
                 },
               });
               const { status, statusText, headers } = reply.content;
@@ -461,12 +619,12 @@ export async function createWorkerEngine(worker: WorkerLike, opts: WorkerEngineO
               sink?.enqueue(reply.content);
               return;
             case "end":
-              pending.delete(id);
+              c.pending.delete(id);
               stop();
               sink?.close();
               return;
             case "error": {
-              pending.delete(id);
+              c.pending.delete(id);
               stop();
               const e = deserializeError(reply.content);
               if (sink) sink.error(e);
@@ -485,29 +643,35 @@ export async function createWorkerEngine(worker: WorkerLike, opts: WorkerEngineO
   };
 
   const engine: Engine = {
-    backend: Object.freeze({ ...loaded.backend }),
+    get backend() {
+      return backend;
+    },
     model: Object.freeze({ ...loaded.model }),
     chat: Object.freeze({
       completions: { create: (req: object, o?: { signal?: AbortSignal }) => create("chat", req, o) } as ChatCompletions,
     }),
     completions: { create: (req: object, o?: { signal?: AbortSignal }) => create("completions", req, o) } as Completions,
-    models: { list: () => simple<ModelList>("models", { engine: engineId }) },
+    models: { list: () => simple<ModelList>("models") },
     fetch: fetch as typeof globalThis.fetch,
     async unload() {
-      unloading = true;
+      const c = await ready().catch(() => conn);
+      c.unloading = true;
       try {
-        await simple<null>("unload", { engine: engineId });
+        await simple<null>("unload", c);
       } catch (e) {
-        unloading = false;
+        c.unloading = false;
         throw e;
       }
+    },
+    get crashes() {
+      return crashes;
     },
   };
   return engine;
 }
 
 /** The engine options as they cross to the worker, and what to transfer with them. */
-async function loadOptions(opts: WorkerEngineOptions): Promise<{ content: WorkerLoadOptions; transfer: Transferable[] }> {
+async function loadOptions(opts: WorkerEngineOptions, keep: boolean): Promise<{ content: WorkerLoadOptions; transfer: Transferable[] }> {
   if (typeof opts !== "object" || opts === null) {
     throw new PootError("createWorkerEngine needs options with a model", { status: 400, code: "invalid_input", param: "model" });
   }
@@ -521,6 +685,10 @@ async function loadOptions(opts: WorkerEngineOptions): Promise<{ content: Worker
     model = absolute(source);
   } else if (typeof Blob !== "undefined" && source instanceof Blob) {
     model = source; // cloned by reference, never copied
+  } else if (keep && (source instanceof ArrayBuffer || source instanceof Uint8Array)) {
+    // Kept to load a replacement worker after a crash: copied once into a Blob, which every
+    // worker reads without a copy of its own; the caller's buffer is left alone.
+    model = new Blob([source as BlobPart]);
   } else if (source instanceof ArrayBuffer) {
     model = source;
     transfer.push(source);
@@ -542,6 +710,14 @@ async function loadOptions(opts: WorkerEngineOptions): Promise<{ content: Worker
   else if (w instanceof ArrayBuffer) wasm = w.slice(0);
   else if (ArrayBuffer.isView(w)) wasm = new Uint8Array(w.buffer, w.byteOffset, w.byteLength).slice().buffer;
   else wasm = w as never;
+  if (keep && wasm instanceof ArrayBuffer) {
+    // Compiled once here; the module goes to every worker, which then compiles nothing.
+    try {
+      wasm = await WebAssembly.compile(wasm);
+    } catch (e) {
+      throw toPootError(e);
+    }
+  }
   if (wasm instanceof ArrayBuffer) transfer.push(wasm);
   return { content: { model, backend: opts.backend, cache: opts.cache, wasm }, transfer };
 }

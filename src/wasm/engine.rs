@@ -21,7 +21,8 @@
 //!
 //! A Rust panic aborts the wasm instance (`unreachable`), and a panic inside a pending
 //! promise's future leaves that promise unsettled: [`on_panic`] lets JavaScript hear of it
-//! and reject whatever is pending.
+//! and reject whatever is pending. The instance is never used again: the package restarts the
+//! engine on a fresh instance of the module (pkg/src/engine.ts).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;

@@ -20,6 +20,7 @@ class FakeWorker extends EventTarget {
     this.port.postMessage(message, transfer);
   }
   terminate() {
+    this.terminated = true;
     this.port.close();
   }
 }
@@ -337,4 +338,90 @@ test("fetch: the worker engine's responses cross byte for byte, streamed, and ab
   await tick(20);
   assert.equal(log.at(-1).signal.aborted, true);
   close();
+});
+
+/** A served fake engine whose request `{ crash: true }` crashes it, as a Rust panic would. */
+function crashable() {
+  const { port1, port2 } = new MessageChannel();
+  port1.start();
+  const seen = {};
+  serveEngine(port1, {
+    async create(opts) {
+      seen.opts = opts;
+      opts.onProgress?.({ phase: "parse", loaded: 1, total: 1 });
+      const engine = fakeEngine(opts, []);
+      const inner = engine.completions.create;
+      let crashes = 0;
+      engine.completions = {
+        create: async (req, o) => {
+          if (!req.crash) return inner(req, o);
+          const error = new PootError("the engine crashed (test)", { status: 500, code: "engine_crashed" });
+          crashes++;
+          queueMicrotask(() => {
+            opts.onCrash?.({ error, crashes });
+            if (opts.recover) opts.onRecover?.({ crashes, ms: 1, modelFrom: "memory" });
+          });
+          throw error;
+        },
+      };
+      return engine;
+    },
+  });
+  return { worker: new FakeWorker(port2), seen, close: () => (port1.close(), port2.close()) };
+}
+
+test("a crash, given a function: the crashed worker is terminated, a new one loads the kept model, calls made meanwhile wait", async () => {
+  const started = [];
+  const events = [];
+  const bytes = new Uint8Array([1, 2, 3]).buffer;
+  const engine = await createWorkerEngine(
+    () => {
+      const s = crashable();
+      started.push(s);
+      return s.worker;
+    },
+    {
+      model: bytes,
+      onCrash: (e) => events.push(["crash", e.error.code, e.crashes]),
+      onRecover: (e) => events.push(["recover", e.modelFrom, e.crashes]),
+    },
+  );
+  assert.equal(bytes.byteLength, 3, "kept for a new worker: copied into a Blob, not transferred");
+  assert.equal(started[0].seen.opts.recover, false, "the engine in the worker does not restart itself");
+  assert.deepEqual([...new Uint8Array(await started[0].seen.opts.model.arrayBuffer())], [1, 2, 3]);
+
+  const failed = await engine.completions.create({ crash: true }).then(() => "resolved", (e) => e);
+  assert.ok(failed instanceof PootError);
+  assert.equal(failed.code, "engine_crashed");
+  const next = await engine.completions.create({ prompt: "x" });
+  assert.equal(next.object, "text_completion", "the next call is answered, by the new worker");
+  assert.equal(started.length, 2);
+  assert.equal(started[0].worker.terminated, true, "the crashed worker was terminated");
+  assert.notEqual(started[1].worker.terminated, true);
+  assert.deepEqual([...new Uint8Array(await started[1].seen.opts.model.arrayBuffer())], [1, 2, 3], "the same model, from the kept Blob");
+  assert.deepEqual(events, [["crash", "engine_crashed", 1], ["recover", "blob", 1]]);
+  assert.equal(engine.crashes, 1);
+  assert.deepEqual((await engine.models.list()).data.map((m) => m.id), ["fake-model"]);
+  for (const s of started) s.close();
+});
+
+test("a crash, given a Worker: the engine in it restarts itself; the events are forwarded", async () => {
+  const s = crashable();
+  const events = [];
+  const bytes = new Uint8Array([1, 2, 3]).buffer;
+  const engine = await createWorkerEngine(s.worker, {
+    model: bytes,
+    onCrash: (e) => events.push(["crash", e.error.code, e.crashes]),
+    onRecover: (e) => events.push(["recover", e.modelFrom, e.crashes]),
+  });
+  assert.equal(bytes.byteLength, 0, "transferred, as without recovery");
+  assert.equal(s.seen.opts.recover, true);
+  const failed = await engine.completions.create({ crash: true }).then(() => "resolved", (e) => e);
+  assert.equal(failed.code, "engine_crashed");
+  assert.equal((await engine.completions.create({ prompt: "x" })).object, "text_completion");
+  await tick(10);
+  assert.deepEqual(events, [["crash", "engine_crashed", 1], ["recover", "memory", 1]]);
+  assert.equal(engine.crashes, 1);
+  assert.notEqual(s.worker.terminated, true);
+  s.close();
 });

@@ -37,11 +37,12 @@ test("npm pack ships dist, wasm and bin, and nothing else", () => {
   const out = execFileSync("npm", ["pack", "--json", "--pack-destination", scratch], { cwd: PKG, encoding: "utf8" });
   const [{ filename, files }] = JSON.parse(out);
   const paths = files.map((f) => f.path);
-  for (const needed of ["package.json", "dist/index.js", "dist/index.d.ts", "dist/constraint.js", "dist/worker.js", "dist/engine.js", "wasm/poot.js", "wasm/poot_bg.wasm", "bin/poot.js"]) {
+  for (const needed of ["package.json", "dist/index.js", "dist/index.d.ts", "dist/constraint.js", "dist/worker.js", "dist/engine.js", "wasm/poot.js", "wasm/poot_instance.js", "wasm/poot_instance.d.ts", "wasm/poot_bg.wasm", "bin/poot.js"]) {
     assert.ok(paths.includes(needed), `${needed} is not in the tarball`);
   }
   const stray = paths.filter((p) => !/^(package\.json|README\.md|LICENSE.*|dist\/|wasm\/|bin\/)/.test(p));
   assert.deepEqual(stray, [], "only dist, wasm and bin are published");
+  assert.deepEqual(paths.filter((p) => p.startsWith("dist/testing.")), [], "the test-only hooks are not published");
   mkdirSync(join(scratch, "node_modules", "poot"), { recursive: true });
   execFileSync("tar", ["-xzf", join(scratch, filename), "-C", join(scratch, "node_modules", "poot"), "--strip-components=1"]);
 });
