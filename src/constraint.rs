@@ -54,7 +54,7 @@ use crate::error::{Error, Result};
 use crate::grammar::{self, Grammar};
 use crate::json_schema::JsonSchema;
 use crate::json_value;
-use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_BYTES, MAX_GRAMMAR_STEP_WORK, MAX_SCHEMA_BYTES};
+use crate::limits::{Limits, MASK_CACHE_BYTES, MAX_GRAMMAR_STEP_WORK};
 use crate::mask::{check_mask_len, or_words, set_bit, words_for, TokenMask};
 use crate::regex::{Dfa, DEAD};
 use crate::vocab::{Run, RunMemo, TokenId, Trie, Vocabulary};
@@ -110,6 +110,11 @@ impl Spec {
     /// precedence; `None` when the output is unconstrained. A field that is present but
     /// invalid, or too large, is an error naming that field.
     pub fn from_request(body: &Value) -> Result<Option<Spec>> {
+        Self::from_request_with(body, &Limits::DEFAULT)
+    }
+
+    /// [`Spec::from_request`] with text sizes bounded by `limits` instead of the defaults.
+    pub fn from_request_with(body: &Value, limits: &Limits) -> Result<Option<Spec>> {
         let obj = body.as_object().ok_or_else(|| {
             Error::invalid_input(format!(
                 "the request body must be a JSON object, got {}",
@@ -138,11 +143,11 @@ impl Spec {
                 ))
                 .with_param("guided_grammar")
             })?;
-            check_size("guided_grammar", grammar.len(), MAX_GRAMMAR_BYTES)?;
+            check_size("guided_grammar", grammar.len(), limits.grammar_bytes)?;
             return Ok(Some(Spec::Grammar(grammar.to_owned())));
         }
         if let Some(v) = field("guided_json") {
-            check_size("guided_json", schema_len(v), MAX_SCHEMA_BYTES)?;
+            check_size("guided_json", schema_len(v), limits.schema_bytes)?;
             return Ok(Some(Spec::Json {
                 schema: v.clone(),
                 field: "guided_json",
@@ -158,7 +163,7 @@ impl Spec {
                     let schema = v.pointer("/json_schema/schema").ok_or_else(|| {
                         invalid("response_format json_schema needs json_schema.schema".into())
                     })?;
-                    check_size("response_format", schema_len(schema), MAX_SCHEMA_BYTES)?;
+                    check_size("response_format", schema_len(schema), limits.schema_bytes)?;
                     // `name` and `strict` are accepted and ignored.
                     Ok(Some(Spec::Json {
                         schema: schema.clone(),
@@ -199,13 +204,24 @@ impl Spec {
 
     /// Compiles the automaton (independent of any vocabulary).
     pub fn compile(&self) -> Result<Compiled> {
+        self.compile_with(&Limits::DEFAULT)
+    }
+
+    /// [`Spec::compile`] under `limits` (tightened per deployment: `poot serve --limits`).
+    pub fn compile_with(&self, limits: &Limits) -> Result<Compiled> {
         match self {
             Spec::Choice(choices) => choice::compile(choices).map(Compiled::Dfa),
-            Spec::Regex(pattern) => Dfa::new(pattern).map(Compiled::Dfa),
-            Spec::Json { schema, field } => {
-                JsonSchema::compile(schema, field).map(JsonSchema::into_automaton)
+            Spec::Regex(pattern) => {
+                check_size("guided_regex", pattern.len(), limits.regex_bytes)?;
+                Dfa::new(pattern).map(Compiled::Dfa)
             }
-            Spec::Grammar(text) => Grammar::new(text).map(Compiled::Grammar),
+            Spec::Json { schema, field } => {
+                JsonSchema::compile_with(schema, field, limits).map(JsonSchema::into_automaton)
+            }
+            Spec::Grammar(text) => {
+                check_size("guided_grammar", text.len(), limits.grammar_bytes)?;
+                Grammar::new(text).map(Compiled::Grammar)
+            }
             Spec::JsonObject => Ok(Compiled::JsonValue),
         }
     }
@@ -307,7 +323,12 @@ impl Constraint {
 
     /// Compiles a request's constraint for a vocabulary.
     pub fn from_spec(spec: &Spec, vocab: Arc<Vocabulary>) -> Result<Self> {
-        Ok(Self::from_compiled(spec.compile()?, vocab))
+        Self::from_spec_with(spec, vocab, &Limits::DEFAULT)
+    }
+
+    /// [`Constraint::from_spec`] under `limits`.
+    pub fn from_spec_with(spec: &Spec, vocab: Arc<Vocabulary>, limits: &Limits) -> Result<Self> {
+        Ok(Self::from_compiled(spec.compile_with(limits)?, vocab))
     }
 
     /// The automaton, for a DFA constraint (choice, regex, JSON Schema); `None` for the

@@ -5,6 +5,126 @@
 //! limit, rather than slowly built. Errors for these limits have code `limit_exceeded`
 //! ([`crate::Error::is_limit_exceeded`]).
 
+use crate::error::{Error, Result};
+
+/// The per-request bounds a deployment may tighten, as one value (the shape of regex-automata's
+/// `Config`): [`Limits::DEFAULT`] holds the spec's numbers (the constants below, each with why
+/// it is that number), and [`Limits::tightened`] lowers some of them, as `poot serve --limits`
+/// does. Each field is checked while the work is done, so a request past it stops with a
+/// `limit_exceeded` 400 naming the field and the bound.
+///
+/// Today these are the text sizes checked when a request is read and the JSON Schema
+/// compiler's budgets; the automaton and grammar-engine bounds are still the constants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `guided_regex` text, in bytes. Default [`MAX_REGEX_BYTES`] (4,096). Costs parse time
+    /// and a syntax tree proportional to it.
+    pub regex_bytes: usize,
+    /// `guided_grammar` text, in bytes. Default [`MAX_GRAMMAR_BYTES`] (16 KiB).
+    pub grammar_bytes: usize,
+    /// `guided_json` / `response_format` schema text, in bytes. Default [`MAX_SCHEMA_BYTES`]
+    /// (16 KiB).
+    pub schema_bytes: usize,
+    /// Subschemas the JSON Schema compiler may visit. Default [`MAX_SCHEMA_EXPANSION`]
+    /// (10,000): each visit copies its subschema, ~40 ms and ~100 MB at the default.
+    pub schema_expansion: usize,
+    /// `enum`/`const` judge work, in subschema visits or pattern bytes. Default
+    /// [`MAX_SCHEMA_JUDGE_WORK`] (100,000, ~40 ms in a debug build).
+    pub schema_judge_work: u64,
+    /// Nesting of subschemas and `$ref`s. Default [`MAX_SCHEMA_DEPTH`] (64); a few stack
+    /// frames each.
+    pub schema_depth: usize,
+    /// Ordered `oneOf` branch pairs checked for overlap. Default [`MAX_ONE_OF_PAIRS`]
+    /// (65,536, ~0.2 s).
+    pub one_of_pairs: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::DEFAULT
+    }
+}
+
+impl Limits {
+    /// The spec's numbers.
+    pub const DEFAULT: Limits = Limits {
+        regex_bytes: MAX_REGEX_BYTES,
+        grammar_bytes: MAX_GRAMMAR_BYTES,
+        schema_bytes: MAX_SCHEMA_BYTES,
+        schema_expansion: MAX_SCHEMA_EXPANSION,
+        schema_judge_work: MAX_SCHEMA_JUDGE_WORK,
+        schema_depth: MAX_SCHEMA_DEPTH,
+        one_of_pairs: MAX_ONE_OF_PAIRS,
+    };
+
+    /// These limits with the fields named in `overrides` (a JSON object, field names as
+    /// above: `{"schema_bytes": 8192}`) lowered. A limit can only be tightened: a value above
+    /// the default, below 1 or not an integer, and an unknown name, are errors naming it.
+    pub fn tightened(&self, overrides: &serde_json::Value) -> Result<Limits> {
+        let bad = |m: String| Error::invalid_input(m).with_param("limits");
+        let fields = overrides
+            .as_object()
+            .ok_or_else(|| bad("limits must be a JSON object of field names and numbers".into()))?;
+        let mut out = *self;
+        for (name, value) in fields {
+            if !Self::NAMES.contains(&name.as_str()) {
+                return Err(bad(format!(
+                    "limits: unknown limit `{name}` (known: {})",
+                    Self::NAMES.join(", ")
+                )));
+            }
+            let default = Self::DEFAULT.get(name);
+            let n = value
+                .as_u64()
+                .filter(|&n| (1..=default).contains(&n))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "limits: `{name}` must be an integer from 1 to its default, {default}"
+                    ))
+                })?;
+            out.set(name, n);
+        }
+        Ok(out)
+    }
+
+    /// The field names [`Limits::tightened`] reads.
+    pub const NAMES: [&'static str; 7] = [
+        "regex_bytes",
+        "grammar_bytes",
+        "schema_bytes",
+        "schema_expansion",
+        "schema_judge_work",
+        "schema_depth",
+        "one_of_pairs",
+    ];
+
+    fn get(&self, name: &str) -> u64 {
+        match name {
+            "regex_bytes" => self.regex_bytes as u64,
+            "grammar_bytes" => self.grammar_bytes as u64,
+            "schema_bytes" => self.schema_bytes as u64,
+            "schema_expansion" => self.schema_expansion as u64,
+            "schema_judge_work" => self.schema_judge_work,
+            "schema_depth" => self.schema_depth as u64,
+            _ => self.one_of_pairs as u64,
+        }
+    }
+
+    fn set(&mut self, name: &str, n: u64) {
+        // `n` is at most the default, which fits each field's type.
+        let n_usize = n as usize;
+        match name {
+            "regex_bytes" => self.regex_bytes = n_usize,
+            "grammar_bytes" => self.grammar_bytes = n_usize,
+            "schema_bytes" => self.schema_bytes = n_usize,
+            "schema_expansion" => self.schema_expansion = n_usize,
+            "schema_judge_work" => self.schema_judge_work = n,
+            "schema_depth" => self.schema_depth = n_usize,
+            _ => self.one_of_pairs = n_usize,
+        }
+    }
+}
+
 /// Longest `guided_regex` pattern accepted, in bytes of its UTF-8 text (spec: 4096).
 ///
 /// The pattern length bounds parse time and the size of the syntax tree before any automaton

@@ -15,7 +15,7 @@ pub(crate) struct Judge<'a> {
     pub root: &'a Value,
     pub draft4: bool,
     /// Work left, in units of one subschema visited or one byte matched against a pattern
-    /// ([`MAX_SCHEMA_JUDGE_WORK`](crate::limits::MAX_SCHEMA_JUDGE_WORK) per compile). A `$ref`
+    /// ([`Limits::schema_judge_work`](crate::limits::Limits::schema_judge_work) per compile). A `$ref`
     /// that refers to itself twice under `anyOf` doubles the visits at every level, so depth
     /// alone does not bound the work; once this runs out every answer is "cannot tell" and
     /// [`Judge::exhausted`] says why.

@@ -84,8 +84,9 @@
 //!
 //! # Bounds
 //!
-//! The schema text is at most [`MAX_SCHEMA_BYTES`]; inlining may visit at most
-//! [`MAX_SCHEMA_EXPANSION`] subschemas; the regex text at most [`MAX_SCHEMA_REGEX_BYTES`];
+//! The schema text is at most [`Limits::schema_bytes`]; inlining may visit at most
+//! [`Limits::schema_expansion`] subschemas, nest [`Limits::schema_depth`] deep and check
+//! `enum`/`const` values with [`Limits::schema_judge_work`]; the regex text at most [`MAX_SCHEMA_REGEX_BYTES`];
 //! the automaton is built under [`AUTOMATON_BYTES`], like `guided_regex`. A schema whose
 //! DFA would pass that bound (many optional properties, free-form values, nested arrays of
 //! objects: the DFA holds every combination at once) runs instead as the pushdown grammar
@@ -102,8 +103,7 @@ use crate::constraint::Compiled;
 use crate::error::{Error, Result};
 use crate::grammar::Grammar;
 use crate::limits::{
-    AUTOMATON_BYTES, FREE_FORM_DEPTH, MAX_EXCLUDED_KEY_CHARS, MAX_ONE_OF_PAIRS, MAX_SCHEMA_BYTES,
-    MAX_SCHEMA_DEPTH, MAX_SCHEMA_EXPANSION, MAX_SCHEMA_JUDGE_WORK, MAX_SCHEMA_REGEX_BYTES,
+    Limits, AUTOMATON_BYTES, FREE_FORM_DEPTH, MAX_EXCLUDED_KEY_CHARS, MAX_SCHEMA_REGEX_BYTES,
 };
 use crate::regex::{quote, Dfa};
 use node::Node;
@@ -145,10 +145,15 @@ impl JsonSchema {
     /// Compiles a schema given as a JSON value (a string value is read as the schema's JSON
     /// text). `field` names the request field in errors: `guided_json` or `response_format`.
     pub fn compile(schema: &Value, field: &str) -> Result<Self> {
+        Self::compile_with(schema, field, &Limits::DEFAULT)
+    }
+
+    /// [`JsonSchema::compile`] under `limits`: the text size and the compiler's budgets.
+    pub fn compile_with(schema: &Value, field: &str, limits: &Limits) -> Result<Self> {
         let parsed;
         let schema = match schema {
             Value::String(text) => {
-                check_size(field, text.len())?;
+                check_size(field, text.len(), limits.schema_bytes)?;
                 parsed = serde_json::from_str::<Value>(text).map_err(|e| {
                     Error::invalid_input(format!("{field} is not valid JSON: {e}"))
                         .with_param(field)
@@ -159,7 +164,7 @@ impl JsonSchema {
             other => other,
         };
         let text = schema.to_string();
-        check_size(field, text.len())?;
+        check_size(field, text.len(), limits.schema_bytes)?;
         let shown = quote(&text);
         // Free-form values nest FREE_FORM_DEPTH levels, or one level when that is what
         // keeps the schema inside the regex and automaton limits. A DFA at either depth is
@@ -168,7 +173,7 @@ impl JsonSchema {
         let mut too_big_for_a_dfa = Vec::new();
         let mut last_error = None;
         for depth in [FREE_FORM_DEPTH, 1] {
-            let mut c = Compiler::new(schema, depth);
+            let mut c = Compiler::new(schema, depth, *limits);
             let node = c.schema(schema).map_err(|e| e.into_error(field, &shown))?;
             let free_form = c.any_cache.iter().any(Option::is_some);
             let free_form_depth = free_form.then_some(depth);
@@ -333,10 +338,10 @@ impl JsonSchema {
     }
 }
 
-fn check_size(field: &str, len: usize) -> Result<()> {
-    if len > MAX_SCHEMA_BYTES {
+fn check_size(field: &str, len: usize, limit: usize) -> Result<()> {
+    if len > limit {
         return Err(Error::limit_exceeded(format!(
-            "{field} is {len} bytes, over the {MAX_SCHEMA_BYTES}-byte limit"
+            "{field} is {len} bytes, over the {limit}-byte limit"
         ))
         .with_param(field));
     }
@@ -971,15 +976,17 @@ struct Compiler<'a> {
     visits: usize,
     /// Subschemas being compiled now, nested ([`Compiler::nested`]).
     depth: usize,
-    /// What is left of [`MAX_SCHEMA_JUDGE_WORK`] for checking `enum`/`const` values.
+    /// What is left of [`Limits::schema_judge_work`] for checking `enum`/`const` values.
     judge_fuel: u64,
+    /// The budgets this compile runs under.
+    limits: Limits,
     /// Free-form values by depth, built once.
     any_cache: Vec<Option<Node>>,
     free_depth: u32,
 }
 
 impl<'a> Compiler<'a> {
-    fn new(root: &'a Value, free_depth: u32) -> Self {
+    fn new(root: &'a Value, free_depth: u32, limits: Limits) -> Self {
         let draft = match root.get("$schema").and_then(Value::as_str) {
             Some(s) if s.contains("draft-04") => Draft::D4,
             Some(s) if s.contains("draft-06") => Draft::D6,
@@ -994,7 +1001,8 @@ impl<'a> Compiler<'a> {
             path: Vec::new(),
             visits: 0,
             depth: 0,
-            judge_fuel: MAX_SCHEMA_JUDGE_WORK,
+            judge_fuel: limits.schema_judge_work,
+            limits,
             any_cache: vec![None; free_depth as usize + 1],
             free_depth,
         }
@@ -1017,9 +1025,10 @@ impl<'a> Compiler<'a> {
 
     fn schema(&mut self, s: &Value) -> R<Node> {
         self.visits += 1;
-        if self.visits > MAX_SCHEMA_EXPANSION {
+        if self.visits > self.limits.schema_expansion {
             return Err(Fail::Limit(format!(
-                "inlining visits more than {MAX_SCHEMA_EXPANSION} subschemas (the schema expansion limit)"
+                "inlining visits more than {} subschemas (the schema expansion limit)",
+                self.limits.schema_expansion
             )));
         }
         match s {
@@ -1040,12 +1049,13 @@ impl<'a> Compiler<'a> {
     }
 
     /// Runs `f` one level deeper in the compiler's recursion, or refuses past
-    /// [`MAX_SCHEMA_DEPTH`]: each nested subschema and each `$ref` followed is a few stack
+    /// [`Limits::schema_depth`]: each nested subschema and each `$ref` followed is a few stack
     /// frames, and a chain of `$ref`s nests without any nesting in the JSON text.
     fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
-        if self.depth >= MAX_SCHEMA_DEPTH {
+        if self.depth >= self.limits.schema_depth {
             return Err(Fail::Limit(format!(
-                "subschemas and `$ref`s nest more than {MAX_SCHEMA_DEPTH} deep at {} (the schema depth limit)",
+                "subschemas and `$ref`s nest more than {} deep at {} (the schema depth limit)",
+                self.limits.schema_depth,
                 self.here()
             )));
         }
@@ -1070,9 +1080,10 @@ impl<'a> Compiler<'a> {
             }
         };
         self.visits += 1;
-        if self.visits > MAX_SCHEMA_EXPANSION {
+        if self.visits > self.limits.schema_expansion {
             return Err(Fail::Limit(format!(
-                "inlining visits more than {MAX_SCHEMA_EXPANSION} subschemas (the schema expansion limit)"
+                "inlining visits more than {} subschemas (the schema expansion limit)",
+                self.limits.schema_expansion
             )));
         }
         let mut out: Map<String, Value> = m
@@ -1213,12 +1224,12 @@ impl<'a> Compiler<'a> {
                             return Ok(Node::alt(nodes));
                         }
                         let pairs = live.len().saturating_mul(live.len());
-                        if pairs > MAX_ONE_OF_PAIRS {
+                        if pairs > self.limits.one_of_pairs {
                             return Err(Fail::Limit(format!(
                                 "`oneOf` at {here} has {} branches whose exclusivity must be checked \
-                                 pair by pair, more than the {MAX_ONE_OF_PAIRS} pairs of the oneOf \
-                                 pair limit",
-                                live.len()
+                                 pair by pair, more than the {} pairs of the oneOf pair limit",
+                                live.len(),
+                                self.limits.one_of_pairs
                             )));
                         }
                         for &x in &live {
@@ -1275,7 +1286,8 @@ impl<'a> Compiler<'a> {
         if judge.exhausted.get() {
             return Err(Fail::Limit(format!(
                 "checking the `enum`/`const` values at {here} against the rest of the schema \
-                 takes more than {MAX_SCHEMA_JUDGE_WORK} steps (the schema judge work limit)"
+                 takes more than {} steps (the schema judge work limit)",
+                self.limits.schema_judge_work
             )));
         }
         if !unsure.is_empty() {
