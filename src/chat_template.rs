@@ -190,6 +190,7 @@ fn environment() -> Environment<'static> {
         },
     );
     env.add_filter("tojson", tojson_filter);
+    env.add_function("range", range_function);
     // A list made lazily (`[1] * 99999999`, or doubled by `+`) costs no fuel until it is
     // written; writing it is checked against the output bound first, by its size, so a list too
     // long to fit fails at once instead of after seconds of formatting.
@@ -205,6 +206,51 @@ fn environment() -> Environment<'static> {
         },
     );
     env
+}
+
+/// Most items `range` makes (minijinja's own bound).
+const MAX_RANGE_ITEMS: usize = 100_000;
+
+/// Jinja's `range(stop)` / `range(start, stop[, step])` as a list. minijinja's is a lazy
+/// iterable: `range(100000)[-1]` or a slice of it walks up to 100,000 items without fuel, so a
+/// loop of them ran for 42 s (found by tests/hostile_inputs_fuzz.rs). A list is charged fuel
+/// for its items when made (~50,000 units for 100,000) and indexes in O(1).
+fn range_function(
+    lower: i64,
+    upper: Option<i64>,
+    step: Option<i64>,
+) -> std::result::Result<Value, minijinja::Error> {
+    let (start, stop) = match upper {
+        Some(upper) => (lower, upper),
+        None => (0, lower),
+    };
+    let step = step.unwrap_or(1);
+    if step == 0 {
+        return Err(minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            "cannot create range with step of 0",
+        ));
+    }
+    let span = if step > 0 {
+        i128::from(stop) - i128::from(start)
+    } else {
+        i128::from(start) - i128::from(stop)
+    };
+    let len = if span <= 0 {
+        0
+    } else {
+        (span + i128::from(step.unsigned_abs()) - 1) / i128::from(step.unsigned_abs())
+    };
+    if len > MAX_RANGE_ITEMS as i128 {
+        return Err(minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            "range has too many elements",
+        ));
+    }
+    let items: Vec<Value> = (0..len as i64)
+        .map(|i| Value::from(start + i * step))
+        .collect();
+    Ok(Value::from(items))
 }
 
 /// Fails when `value` written as text would pass [`MAX_TEMPLATE_OUTPUT_BYTES`], judged from
@@ -827,6 +873,26 @@ mod tests {
             assert!(err.to_string().contains("TEMPLATE_FUEL"), "{err}");
             assert!(secs < 1.0, "{template}: {secs} s");
         }
+
+        // Indexing and slicing ranges in a long loop (minijinja's lazy range walked them).
+        for template in [
+            "{% for i in range(100000) %}{{ range(100000)[-1] }}{% endfor %}",
+            "{% for i in range(100000) %}{{ range(100000)[99990:] }}{% endfor %}",
+        ] {
+            let (out, secs) = timed(template);
+            let err = out.unwrap_err();
+            assert!(
+                err.to_string().contains("TEMPLATE_FUEL"),
+                "{template}: {err}"
+            );
+            assert!(secs < 1.0, "{template}: {secs} s");
+        }
+        assert_eq!(
+            timed("{{ range(3) | list }} {{ range(5, 0, -2) | list }} {{ range(2, 2) | list }} {{ range(100000)[-1] }}").0.unwrap(),
+            "[0, 1, 2] [5, 3, 1] [] 99999"
+        );
+        assert!(timed("{{ range(100001) }}").0.is_err());
+        assert!(timed("{{ range(1, 5, 0) }}").0.is_err());
 
         // A lazy list of 10^8 items costs no fuel until it is written; writing it, or its
         // `string` or `tojson`, is refused at once by its size or by fuel per value.
