@@ -3,8 +3,12 @@
 //! Templates run in `minijinja` with the variables Hugging Face templates expect
 //! (`messages`, `tools`, `add_generation_prompt`, `bos_token`, `eos_token`), the function
 //! `raise_exception` and the filter `tojson`. A template comes from the model file, so it is
-//! untrusted: rendering is bounded by minijinja's fuel ([`TEMPLATE_FUEL`] instructions) and its
-//! recursion limit instead of a clock, and an error names the template's failure.
+//! untrusted: rendering is bounded by minijinja's fuel ([`TEMPLATE_FUEL`]: instructions, and
+//! the bytes of every value a template makes) and its recursion limit instead of a clock, and
+//! the rendered text and each `tojson` result by [`MAX_TEMPLATE_OUTPUT_BYTES`]: the output goes
+//! to a writer that fails past the bound, so `{% for i in range(100000) %}{{ "x" * 100000 }}`
+//! stops at 4 MiB. Running out of either is a `limit_exceeded` error naming the chat template
+//! and the limit; any other failure is an `invalid_input` error naming the template's failure.
 //!
 //! `tojson` is Hugging Face's, not Jinja's: Python `json.dumps` with `ensure_ascii=False`, so
 //! `{"name": "x", "a": "<b>"}` keeps its spaces after `,` and `:` and its `<` (Jinja's and
@@ -18,10 +22,8 @@ use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Environment, State, Value};
 
 use crate::error::{Error, Result};
-
-/// Instructions a template may execute per render: a few hundred per message for the
-/// templates in use, so 1M covers thousands of messages and stops a runaway loop in ~0.1 s.
-pub const TEMPLATE_FUEL: u64 = 1_000_000;
+use crate::limits::MAX_TEMPLATE_OUTPUT_BYTES;
+pub use crate::limits::TEMPLATE_FUEL;
 
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,14 +96,85 @@ pub fn render_chat(
     );
     ctx.insert("bos_token".to_string(), Value::from(bos_token));
     ctx.insert("eos_token".to_string(), Value::from(eos_token));
-    let fail = |e: minijinja::Error| {
-        Error::invalid_input(format!("chat template: {e}"))
-            .with_param("messages")
-            .with_source(e)
+    let mut out = BoundedWriter {
+        bytes: Vec::new(),
+        limit: MAX_TEMPLATE_OUTPUT_BYTES,
+        exceeded: false,
     };
-    let tmpl = env.template_from_str(template).map_err(fail)?;
-    tmpl.render(Value::from(ctx)).map_err(fail)
+    let result = env
+        .template_from_str(template)
+        .and_then(|tmpl| tmpl.render_captured_to(Value::from(ctx), &mut out));
+    match result {
+        Ok(_) => String::from_utf8(out.bytes).map_err(|e| {
+            Error::invalid_input(format!("chat template: rendered invalid UTF-8: {e}"))
+                .with_param("messages")
+        }),
+        Err(_) if out.exceeded => Err(output_limit_error("its output")),
+        Err(e) => Err(template_error(e)),
+    }
 }
+
+/// The error of a failed render: a limit when the template ran out of fuel or made a
+/// `tojson` text past the bound, else the template's own failure.
+fn template_error(e: minijinja::Error) -> Error {
+    let limit = match e.kind() {
+        minijinja::ErrorKind::OutOfFuel => Some(format!(
+            "chat template (tokenizer.chat_template): it needs more than the limit of \
+             {TEMPLATE_FUEL} units of fuel (TEMPLATE_FUEL: instructions, and data made at 64 \
+             bytes a unit)"
+        )),
+        _ if e.detail() == Some(TOJSON_TOO_LONG) => Some(output_limit_message("a tojson result")),
+        _ if e.detail() == Some(TEXT_TOO_LONG) => Some(output_limit_message("a value as text")),
+        _ => None,
+    };
+    match limit {
+        Some(message) => Error::limit_exceeded(message).with_param("messages"),
+        None => Error::invalid_input(format!("chat template: {e}"))
+            .with_param("messages")
+            .with_source(e),
+    }
+}
+
+fn output_limit_message(what: &str) -> String {
+    format!(
+        "chat template (tokenizer.chat_template): {what} is longer than the limit of \
+         {MAX_TEMPLATE_OUTPUT_BYTES} bytes (MAX_TEMPLATE_OUTPUT_BYTES)"
+    )
+}
+
+fn output_limit_error(what: &str) -> Error {
+    Error::limit_exceeded(output_limit_message(what)).with_param("messages")
+}
+
+/// A template's output, failing once it would pass `limit` bytes (minijinja then ends the
+/// render with a write error, and `exceeded` says why).
+struct BoundedWriter {
+    bytes: Vec<u8>,
+    limit: usize,
+    exceeded: bool,
+}
+
+impl std::io::Write for BoundedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if buf.len() > self.limit - self.bytes.len() {
+            self.exceeded = true;
+            return Err(std::io::Error::other("the chat template output limit"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The detail of the error `tojson` raises past [`MAX_TEMPLATE_OUTPUT_BYTES`].
+const TOJSON_TOO_LONG: &str = "tojson: the text would pass MAX_TEMPLATE_OUTPUT_BYTES";
+
+/// The detail of the error writing a value (or its `string` filter) raises when its text
+/// would pass [`MAX_TEMPLATE_OUTPUT_BYTES`].
+const TEXT_TOO_LONG: &str = "the value's text would pass MAX_TEMPLATE_OUTPUT_BYTES";
 
 /// The one environment every render uses: fuel, `raise_exception`, Hugging Face's `tojson`.
 fn environment() -> Environment<'static> {
@@ -117,7 +190,126 @@ fn environment() -> Environment<'static> {
         },
     );
     env.add_filter("tojson", tojson_filter);
+    env.add_function("range", range_function);
+    // A list made lazily (`[1] * 99999999`, or doubled by `+`) costs no fuel until it is
+    // written; writing it is checked against the output bound first, by its size, so a list too
+    // long to fit fails at once instead of after seconds of formatting.
+    env.set_formatter(|out, state, value| {
+        check_text_size(value)?;
+        minijinja::escape_formatter(out, state, value)
+    });
+    env.add_filter(
+        "string",
+        |state: &State, value: &Value| -> std::result::Result<Value, minijinja::Error> {
+            check_text_size(value)?;
+            minijinja::filters::string(state, value)
+        },
+    );
     env
+}
+
+/// Most items `range` makes (minijinja's own bound).
+const MAX_RANGE_ITEMS: usize = 100_000;
+
+/// Jinja's `range(stop)` / `range(start, stop[, step])` as a list. minijinja's is a lazy
+/// iterable: `range(100000)[-1]` or a slice of it walks up to 100,000 items without fuel, so a
+/// loop of them ran for 42 s (found by tests/hostile_inputs_fuzz.rs). A list is charged fuel
+/// for its items when made (~50,000 units for 100,000) and indexes in O(1).
+fn range_function(
+    lower: i64,
+    upper: Option<i64>,
+    step: Option<i64>,
+) -> std::result::Result<Value, minijinja::Error> {
+    let (start, stop) = match upper {
+        Some(upper) => (lower, upper),
+        None => (0, lower),
+    };
+    let step = step.unwrap_or(1);
+    if step == 0 {
+        return Err(minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            "cannot create range with step of 0",
+        ));
+    }
+    let span = if step > 0 {
+        i128::from(stop) - i128::from(start)
+    } else {
+        i128::from(start) - i128::from(stop)
+    };
+    let len = if span <= 0 {
+        0
+    } else {
+        (span + i128::from(step.unsigned_abs()) - 1) / i128::from(step.unsigned_abs())
+    };
+    if len > MAX_RANGE_ITEMS as i128 {
+        return Err(minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            "range has too many elements",
+        ));
+    }
+    let items: Vec<Value> = (0..len as i64)
+        .map(|i| Value::from(start + i * step))
+        .collect();
+    Ok(Value::from(items))
+}
+
+/// Fails when `value` written as text would pass [`MAX_TEMPLATE_OUTPUT_BYTES`], judged from
+/// its size without formatting it: a string by its length, a list or map by its items (each
+/// at least one byte, each after the first also a separator), visiting at most the bound's
+/// worth of items.
+fn check_text_size(value: &Value) -> std::result::Result<(), minijinja::Error> {
+    /// Takes `value`'s smallest text size from `budget`; `false` once the budget is spent.
+    fn fits(value: &Value, budget: &mut usize) -> bool {
+        let take = |budget: &mut usize, n: usize| match budget.checked_sub(n) {
+            Some(left) => {
+                *budget = left;
+                true
+            }
+            None => false,
+        };
+        match value.kind() {
+            ValueKind::String => take(budget, value.as_str().map_or(0, str::len)),
+            ValueKind::Bytes => take(budget, value.as_bytes().map_or(0, <[u8]>::len)),
+            ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => {
+                // Brackets, then per item a separator and the item.
+                if !take(budget, 2)
+                    || value
+                        .len()
+                        .is_some_and(|n| !take(budget, n.saturating_mul(2)))
+                {
+                    return false;
+                }
+                let Ok(items) = value.try_iter() else {
+                    return true;
+                };
+                let is_map = value.kind() == ValueKind::Map;
+                for item in items {
+                    if value.len().is_none() && !take(budget, 2) {
+                        return false;
+                    }
+                    let item = if is_map {
+                        value.get_item(&item).unwrap_or_default()
+                    } else {
+                        item
+                    };
+                    if !fits(&item, budget) {
+                        return false;
+                    }
+                }
+                true
+            }
+            _ => true,
+        }
+    }
+    let mut budget = MAX_TEMPLATE_OUTPUT_BYTES;
+    if fits(value, &mut budget) {
+        Ok(())
+    } else {
+        Err(minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            TEXT_TOO_LONG,
+        ))
+    }
 }
 
 /// A copy of `message` whose tool calls carry their arguments as parsed JSON.
@@ -164,13 +356,14 @@ fn to_template_value(v: &serde_json::Value) -> Value {
     }
 }
 
-/// A template value as JSON, counting the values visited in `nodes`; functions and other
-/// opaque objects are written as their display text, undefined as null.
+/// A template value as JSON, charging one unit of fuel per value visited as it goes (a lazy
+/// list of 10^8 items stops at the fuel, not after building 10^8 JSON values); functions and
+/// other opaque objects are written as their display text, undefined as null.
 fn from_template_value(
     v: &Value,
-    nodes: &mut u64,
+    state: &State,
 ) -> std::result::Result<serde_json::Value, minijinja::Error> {
-    *nodes += 1;
+    state.consume_fuel(1)?;
     Ok(match v.kind() {
         ValueKind::Undefined | ValueKind::None => serde_json::Value::Null,
         ValueKind::Bool => serde_json::Value::Bool(v.is_true()),
@@ -190,7 +383,7 @@ fn from_template_value(
         ),
         ValueKind::Seq | ValueKind::Iterable => serde_json::Value::Array(
             v.try_iter()?
-                .map(|item| from_template_value(&item, nodes))
+                .map(|item| from_template_value(&item, state))
                 .collect::<std::result::Result<_, _>>()?,
         ),
         ValueKind::Map => {
@@ -198,11 +391,14 @@ fn from_template_value(
             for key in v.try_iter()? {
                 let item = v.get_item(&key)?;
                 let key = key.as_str().map_or_else(|| key.to_string(), str::to_string);
-                map.insert(key, from_template_value(&item, nodes)?);
+                map.insert(key, from_template_value(&item, state)?);
             }
             serde_json::Value::Object(map)
         }
-        _ => serde_json::Value::String(v.to_string()),
+        _ => {
+            check_text_size(v)?;
+            serde_json::Value::String(v.to_string())
+        }
     })
 }
 
@@ -226,9 +422,7 @@ fn tojson_filter(
     let separators = kwargs.get::<Option<Vec<String>>>("separators")?;
     let _sort_keys = kwargs.get::<Option<bool>>("sort_keys")?;
     kwargs.assert_all_used()?;
-    let mut nodes = 0;
-    let json = from_template_value(value, &mut nodes)?;
-    state.consume_fuel(nodes)?;
+    let json = from_template_value(value, state)?;
     let mut style = PyJson {
         indent,
         item_sep: if indent.is_some() { "," } else { ", " }.to_string(),
@@ -245,9 +439,56 @@ fn tojson_filter(
         style.item_sep = item;
         style.key_sep = key;
     }
-    let mut out = String::new();
-    style.write(&json, 0, &mut out);
-    Ok(Value::from(out))
+    let mut out = Sink::new(MAX_TEMPLATE_OUTPUT_BYTES);
+    style.write(&json, 0, &mut out).map_err(|TooLong| {
+        minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, TOJSON_TOO_LONG)
+    })?;
+    Ok(Value::from(out.text))
+}
+
+/// The text ran past its bound.
+#[derive(Debug)]
+struct TooLong;
+
+/// A string that refuses to grow past `limit` bytes.
+struct Sink {
+    text: String,
+    limit: usize,
+}
+
+impl Sink {
+    fn new(limit: usize) -> Self {
+        Sink {
+            text: String::new(),
+            limit,
+        }
+    }
+
+    fn reserve(&self, n: usize) -> std::result::Result<(), TooLong> {
+        if n > self.limit - self.text.len() {
+            return Err(TooLong);
+        }
+        Ok(())
+    }
+
+    fn push_str(&mut self, s: &str) -> std::result::Result<(), TooLong> {
+        self.reserve(s.len())?;
+        self.text.push_str(s);
+        Ok(())
+    }
+
+    fn push(&mut self, c: char) -> std::result::Result<(), TooLong> {
+        self.reserve(c.len_utf8())?;
+        self.text.push(c);
+        Ok(())
+    }
+
+    /// `n` spaces.
+    fn spaces(&mut self, n: usize) -> std::result::Result<(), TooLong> {
+        self.reserve(n)?;
+        self.text.extend(std::iter::repeat_n(' ', n));
+        Ok(())
+    }
 }
 
 /// `value` as Python's `json.dumps(value, ensure_ascii=False)` writes it: `", "` between items,
@@ -260,9 +501,10 @@ pub(crate) fn python_json(value: &serde_json::Value) -> String {
         key_sep: ": ".into(),
         ensure_ascii: false,
     };
-    let mut out = String::new();
-    style.write(value, 0, &mut out);
-    out
+    let mut out = Sink::new(usize::MAX);
+    // No bound, so writing cannot fail.
+    let _ = style.write(value, 0, &mut out);
+    out.text
 }
 
 /// The layout options of Python's `json.dumps`.
@@ -274,63 +516,78 @@ struct PyJson {
 }
 
 impl PyJson {
-    fn write(&self, v: &serde_json::Value, depth: usize, out: &mut String) {
+    fn write(
+        &self,
+        v: &serde_json::Value,
+        depth: usize,
+        out: &mut Sink,
+    ) -> std::result::Result<(), TooLong> {
         match v {
-            serde_json::Value::String(s) => self.string(s, out),
+            serde_json::Value::String(s) => self.string(s, out)?,
             serde_json::Value::Array(items) if !items.is_empty() => {
-                out.push('[');
+                out.push('[')?;
                 for (i, item) in items.iter().enumerate() {
-                    self.separator(i, depth + 1, out);
-                    self.write(item, depth + 1, out);
+                    self.separator(i, depth + 1, out)?;
+                    self.write(item, depth + 1, out)?;
                 }
-                self.newline(depth, out);
-                out.push(']');
+                self.newline(depth, out)?;
+                out.push(']')?;
             }
             serde_json::Value::Object(map) if !map.is_empty() => {
-                out.push('{');
+                out.push('{')?;
                 for (i, (k, item)) in map.iter().enumerate() {
-                    self.separator(i, depth + 1, out);
-                    self.string(k, out);
-                    out.push_str(&self.key_sep);
-                    self.write(item, depth + 1, out);
+                    self.separator(i, depth + 1, out)?;
+                    self.string(k, out)?;
+                    out.push_str(&self.key_sep)?;
+                    self.write(item, depth + 1, out)?;
                 }
-                self.newline(depth, out);
-                out.push('}');
+                self.newline(depth, out)?;
+                out.push('}')?;
             }
-            other => out.push_str(&other.to_string()),
+            other => out.push_str(&other.to_string())?,
         }
+        Ok(())
     }
 
-    fn separator(&self, i: usize, depth: usize, out: &mut String) {
+    fn separator(
+        &self,
+        i: usize,
+        depth: usize,
+        out: &mut Sink,
+    ) -> std::result::Result<(), TooLong> {
         if i > 0 {
-            out.push_str(&self.item_sep);
+            out.push_str(&self.item_sep)?;
         }
-        self.newline(depth, out);
+        self.newline(depth, out)
     }
 
-    fn newline(&self, depth: usize, out: &mut String) {
+    fn newline(&self, depth: usize, out: &mut Sink) -> std::result::Result<(), TooLong> {
         if let Some(n) = self.indent {
-            out.push('\n');
-            out.extend(std::iter::repeat_n(' ', n * depth));
+            out.push('\n')?;
+            out.spaces(n.saturating_mul(depth))?;
         }
+        Ok(())
     }
 
-    fn string(&self, s: &str, out: &mut String) {
+    fn string(&self, s: &str, out: &mut Sink) -> std::result::Result<(), TooLong> {
+        // Quoted, a string is at least as long as it is: a string past the room left fails
+        // before a copy of it (up to 6 bytes per byte, `\u00XX`) is made.
+        out.reserve(s.len())?;
         let quoted = serde_json::Value::from(s).to_string();
         if !self.ensure_ascii {
-            out.push_str(&quoted);
-            return;
+            return out.push_str(&quoted);
         }
         for c in quoted.chars() {
             if c.is_ascii() && c != '\x7f' {
-                out.push(c);
+                out.push(c)?;
             } else {
                 let mut units = [0u16; 2];
                 for u in c.encode_utf16(&mut units) {
-                    out.push_str(&format!("\\u{u:04x}"));
+                    out.push_str(&format!("\\u{u:04x}"))?;
                 }
             }
         }
+        Ok(())
     }
 }
 
@@ -552,5 +809,113 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.param(), Some("messages"));
         assert!(render("{% if %}", &[], false, "", "").is_err());
+    }
+
+    /// Renders `template` with one short message; the result and the time it took.
+    fn timed(template: &str) -> (Result<String>, f64) {
+        let t = std::time::Instant::now();
+        let messages = [json!({"role": "user", "content": "hi", "n": vec![1; 100]})];
+        let out = render_chat(template, &messages, None, false, "", "");
+        (out, t.elapsed().as_secs_f64())
+    }
+
+    #[test]
+    fn templates_that_make_too_much_text_are_limit_errors() {
+        // Output: the template of the report, and output one byte past the bound.
+        let limit = MAX_TEMPLATE_OUTPUT_BYTES;
+        for template in [
+            r#"{% for i in range(100000) %}{{ "x" * 100000 }}{% endfor %}"#.to_string(),
+            format!("{{{{ 'x' * {} }}}}", limit + 1),
+        ] {
+            let (out, secs) = timed(&template);
+            let err = out.unwrap_err();
+            assert!(err.is_limit_exceeded(), "{err}");
+            assert_eq!(err.param(), Some("messages"));
+            let message = err.to_string();
+            assert!(
+                message.starts_with("chat template (tokenizer.chat_template): ")
+                    && message.ends_with(&format!(
+                        " is longer than the limit of {limit} bytes (MAX_TEMPLATE_OUTPUT_BYTES)"
+                    )),
+                "{message}"
+            );
+            assert!(secs < 1.0, "{secs} s");
+        }
+        assert_eq!(
+            timed(&format!("{{{{ 'x' * {limit} }}}}")).0.unwrap().len(),
+            limit
+        );
+
+        // tojson with a huge indent or separator: stopped while writing, not after.
+        for template in [
+            "{{ range(3000) | list | tojson(indent=1000000) }}",
+            "{{ range(100000) | list | tojson(separators=['x' * 60000, ':']) }}",
+            "{% for i in range(1000) %}{% set s = messages | tojson(indent=100000) %}{% endfor %}",
+        ] {
+            let (out, secs) = timed(template);
+            let err = out.unwrap_err();
+            assert!(err.is_limit_exceeded(), "{template}: {err}");
+            assert!(err
+                .to_string()
+                .contains("a tojson result is longer than the limit"));
+            assert!(secs < 1.0, "{template}: {secs} s");
+        }
+
+        // Values doubled in a loop, by recursion-free tricks: fuel counts their bytes.
+        for template in [
+            "{% set ns = namespace(x='x') %}{% for i in range(40) %}{% set ns.x = ns.x ~ ns.x %}{% endfor %}{{ ns.x | length }}",
+            "{{ range(10000) | join('x' * 10000) }}",
+            "{% for i in range(100000) %}{% set x %}{{ 'y' * 10000 }}{% endset %}{% endfor %}",
+        ] {
+            let (out, secs) = timed(template);
+            let err = out.unwrap_err();
+            assert!(err.is_limit_exceeded(), "{template}: {err}");
+            assert!(err.to_string().contains("TEMPLATE_FUEL"), "{err}");
+            assert!(secs < 1.0, "{template}: {secs} s");
+        }
+
+        // Indexing and slicing ranges in a long loop (minijinja's lazy range walked them).
+        for template in [
+            "{% for i in range(100000) %}{{ range(100000)[-1] }}{% endfor %}",
+            "{% for i in range(100000) %}{{ range(100000)[99990:] }}{% endfor %}",
+        ] {
+            let (out, secs) = timed(template);
+            let err = out.unwrap_err();
+            assert!(
+                err.to_string().contains("TEMPLATE_FUEL"),
+                "{template}: {err}"
+            );
+            assert!(secs < 1.0, "{template}: {secs} s");
+        }
+        assert_eq!(
+            timed("{{ range(3) | list }} {{ range(5, 0, -2) | list }} {{ range(2, 2) | list }} {{ range(100000)[-1] }}").0.unwrap(),
+            "[0, 1, 2] [5, 3, 1] [] 99999"
+        );
+        assert!(timed("{{ range(100001) }}").0.is_err());
+        assert!(timed("{{ range(1, 5, 0) }}").0.is_err());
+
+        // A lazy list of 10^8 items costs no fuel until it is written; writing it, or its
+        // `string` or `tojson`, is refused at once by its size or by fuel per value.
+        for (template, limit) in [
+            ("{% set l = [1] * 99999999 %}{{ l }}", "a value as text"),
+            (
+                "{% set l = [1] * 99999999 %}{{ [l, 1] }}",
+                "a value as text",
+            ),
+            (
+                "{% set l = [1] * 99999999 %}{{ l | string }}",
+                "a value as text",
+            ),
+            (
+                "{% set l = [1] * 99999999 %}{{ l | tojson }}",
+                "TEMPLATE_FUEL",
+            ),
+        ] {
+            let (out, secs) = timed(template);
+            let err = out.unwrap_err();
+            assert!(err.is_limit_exceeded(), "{template}: {err}");
+            assert!(err.to_string().contains(limit), "{template}: {err}");
+            assert!(secs < 1.0, "{template}: {secs} s");
+        }
     }
 }

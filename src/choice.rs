@@ -3,8 +3,12 @@
 //! The list compiles to the alternation of the escaped strings, `(?:yes|no|maybe)`, and from
 //! there to the same DFA as a `guided_regex` (see [`crate::regex`]), so one engine serves
 //! both. A string that is a prefix of another (`"no"`, `"none"`) keeps both alive.
+//!
+//! A list is bounded before anything is built from it: at most [`MAX_CHOICES`] strings of at
+//! most [`MAX_CHOICE_BYTES`] in all.
 
 use crate::error::{Error, Result};
+use crate::limits::{MAX_CHOICES, MAX_CHOICE_BYTES};
 use crate::regex::{quote, Dfa};
 use serde_json::Value;
 
@@ -22,6 +26,19 @@ pub fn parse(value: &Value) -> Result<Vec<String>> {
             "guided_choice must list at least one string, got []".into(),
         ));
     }
+    check_count(items.len())?;
+    // The total is checked as the strings are read, before any is copied.
+    let mut total = 0usize;
+    for (i, v) in items.iter().enumerate() {
+        let s = v.as_str().ok_or_else(|| {
+            invalid(format!(
+                "guided_choice[{i}] must be a string, got {}",
+                json_kind(v)
+            ))
+        })?;
+        total = total.saturating_add(s.len());
+    }
+    check_bytes(total)?;
     items
         .iter()
         .enumerate()
@@ -36,6 +53,27 @@ pub fn parse(value: &Value) -> Result<Vec<String>> {
         .collect()
 }
 
+fn check_count(count: usize) -> Result<()> {
+    if count > MAX_CHOICES {
+        return Err(Error::limit_exceeded(format!(
+            "guided_choice lists {count} strings, over the limit of {MAX_CHOICES} (MAX_CHOICES)"
+        ))
+        .with_param("guided_choice"));
+    }
+    Ok(())
+}
+
+fn check_bytes(total: usize) -> Result<()> {
+    if total > MAX_CHOICE_BYTES {
+        return Err(Error::limit_exceeded(format!(
+            "guided_choice strings total {total} bytes, over the limit of {MAX_CHOICE_BYTES} \
+             bytes (MAX_CHOICE_BYTES)"
+        ))
+        .with_param("guided_choice"));
+    }
+    Ok(())
+}
+
 /// The JSON type of a value, for error messages.
 pub(crate) fn json_kind(v: &Value) -> &'static str {
     match v {
@@ -48,7 +86,9 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-/// Compiles the choices to a DFA accepting exactly those strings.
+/// Compiles the choices to a DFA accepting exactly those strings; a list over
+/// [`MAX_CHOICES`] strings or [`MAX_CHOICE_BYTES`] bytes is refused before any pattern or
+/// automaton is built.
 ///
 /// ```
 /// let dfa = poot::choice::compile(&["yes".into(), "no".into(), "none".into()]).unwrap();
@@ -61,6 +101,12 @@ pub fn compile(choices: &[String]) -> Result<Dfa> {
                 .with_param("guided_choice"),
         );
     }
+    check_count(choices.len())?;
+    check_bytes(
+        choices
+            .iter()
+            .fold(0usize, |n, c| n.saturating_add(c.len())),
+    )?;
     let mut pattern = String::from("(?:");
     for (i, c) in choices.iter().enumerate() {
         if i > 0 {
@@ -93,6 +139,54 @@ mod tests {
             "guided_choice[1] must be a string, got a number"
         );
         assert!(parse(&json!("a")).is_err());
+    }
+
+    #[test]
+    fn lists_past_the_limits_are_refused_before_building() {
+        // One string over the count, with empty strings (no bytes at all).
+        let many = Value::Array(vec![json!(""); MAX_CHOICES + 1]);
+        let err = parse(&many).unwrap_err();
+        assert!(err.is_limit_exceeded());
+        assert_eq!(err.param(), Some("guided_choice"));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "guided_choice lists {} strings, over the limit of {MAX_CHOICES} (MAX_CHOICES)",
+                MAX_CHOICES + 1
+            )
+        );
+        // One byte over the total.
+        let long = json!(["a".repeat(MAX_CHOICE_BYTES - 1), "bc"]);
+        let err = parse(&long).unwrap_err();
+        assert!(err.is_limit_exceeded());
+        assert!(err.to_string().contains("MAX_CHOICE_BYTES"), "{err}");
+        let choices: Vec<String> = vec!["x".repeat(MAX_CHOICE_BYTES + 1)];
+        assert!(compile(&choices).unwrap_err().is_limit_exceeded());
+        // A million strings: refused in microseconds.
+        let huge = Value::Array(vec![json!("yes"); 1_000_000]);
+        let t = std::time::Instant::now();
+        assert!(parse(&huge).unwrap_err().is_limit_exceeded());
+        assert!(t.elapsed().as_secs_f64() < 0.5);
+    }
+
+    #[test]
+    fn lists_at_the_limits_compile_or_hit_the_automaton_bound_quickly() {
+        // The worst list allowed: the most strings, the most bytes, no shared prefixes.
+        let mut seed = 7u64;
+        let choices: Vec<String> = (0..MAX_CHOICES)
+            .map(|_| {
+                (0..MAX_CHOICE_BYTES / MAX_CHOICES)
+                    .map(|_| {
+                        let r = crate::sampling::splitmix64(&mut seed);
+                        char::from(b'!' + (r % 94) as u8)
+                    })
+                    .collect()
+            })
+            .collect();
+        let t = std::time::Instant::now();
+        let _ = compile(&choices);
+        let elapsed = t.elapsed();
+        assert!(elapsed.as_secs_f64() < 1.0, "{elapsed:?}");
     }
 
     #[test]

@@ -293,3 +293,72 @@ pub const MAX_REGEX_NESTING: u32 = 128;
 
 /// How long a pattern or choice may be when quoted inside an error message, in characters.
 pub const ERROR_QUOTE_CHARS: usize = 80;
+
+// ---------------------------------------------------------------------------------------------
+// Hostile files and inputs: bounds on what a model file, a tokenizer.json, a guided_choice
+// list or a chat template can make us allocate or compute, each checked before the allocation.
+// ---------------------------------------------------------------------------------------------
+
+/// Most metadata entries a GGUF header may declare, in entries.
+///
+/// llama.cpp writes ~25-60 keys (a whole vocabulary is one array entry), so 65,536 is ~1,000
+/// times that. Each entry costs ~64 bytes of parsed header (key, value, index), so this caps
+/// the metadata table at ~4 MiB whatever the file claims; a count past it is refused before
+/// any entry is read.
+pub const GGUF_MAX_METADATA_ENTRIES: u64 = 1 << 16;
+
+/// Most tensors a GGUF header may declare, in tensors.
+///
+/// Real files have 9 per layer plus a few (SmolLM2-135M: 272; a 405B Llama: 1,138; MoE files
+/// keep each layer's experts in one tensor), so 65,536 is ~50 times the largest. A tensor info
+/// costs ~100 bytes parsed (name, dimensions, index), so this caps them at ~7 MiB.
+pub const GGUF_MAX_TENSORS: u64 = 1 << 16;
+
+/// How deeply GGUF metadata arrays may nest, in levels (an array of arrays is 2).
+///
+/// llama.cpp writes no nested arrays at all; the reader recurses once per level while checking
+/// an array, so this bounds its stack.
+pub const GGUF_MAX_ARRAY_DEPTH: usize = 8;
+
+/// Most tokens a vocabulary read from a file (GGUF `tokenizer.ggml.tokens`, or the ids of a
+/// `tokenizer.json`) may have, in tokens.
+///
+/// The largest vocabularies in use are Gemma 3's 262,144 and Llama 4's 202,048 tokens; 2^20
+/// is four times Gemma's. It bounds what a hostile file can make the readers allocate per
+/// token (texts, pieces, the id map: ~200 bytes each, ~200 MiB at the bound) and the token
+/// masks built over the vocabulary (128 KiB each at the bound).
+pub const MAX_VOCAB_TOKENS: usize = 1 << 20;
+
+/// Most strings a `guided_choice` list may have, in strings.
+///
+/// Classification labels are a handful; a list of countries ~200. Each choice is a branch of
+/// the alternation the list compiles to, and the count is bounded separately from the bytes
+/// because empty strings cost no bytes. Checked before any string is copied.
+pub const MAX_CHOICES: usize = 1024;
+
+/// Most bytes a `guided_choice` list may total, in bytes of UTF-8 text (the strings' lengths
+/// summed).
+///
+/// The same order as the spec's 16 KiB for schema and grammar text: a list is constraint
+/// text written by the client. Escaped, 16 KiB of choices is a pattern of at most ~33 KiB
+/// (100,000 choices, 2.2 MB, took 0.75 s and 250 MB to be refused by the automaton bound); the
+/// automaton is still bounded by [`AUTOMATON_BYTES`]. Checked before any automaton is built.
+pub const MAX_CHOICE_BYTES: usize = 16 * 1024;
+
+/// Instructions a chat template may execute per render, in minijinja fuel units.
+///
+/// A few hundred per message for the templates in use, so 1M covers thousands of messages and
+/// stops a runaway loop in ~0.1 s. minijinja (3.1) also charges a unit per 64 bytes of data a
+/// template makes (strings built by `~`, `+`, `*`, filter results, captured output) and checks
+/// allocations of known size against what is left, so the same budget caps everything a
+/// render creates at ~64 MB in all.
+pub const TEMPLATE_FUEL: u64 = 1_000_000;
+
+/// Longest text a chat template may render, in bytes of UTF-8 output; also the longest text
+/// one `tojson` call may produce.
+///
+/// A prompt must fit the model's context: 128k tokens is ~512 KiB of text. `poot serve` reads
+/// request bodies of at most 1 MiB, and a template adds a few dozen bytes per message, so 4 MiB
+/// leaves room for any conversation a model can read while a template that loops over
+/// `"x" * 100000` stops at 4 MiB of output instead of filling the fuel's 64 MB.
+pub const MAX_TEMPLATE_OUTPUT_BYTES: usize = 4 * 1024 * 1024;

@@ -218,7 +218,7 @@ fn gguf_value_accessors_read_tokenizer_arrays() {
     let file = gpt2_gguf();
     let g = Gguf::parse(&file).unwrap();
     let tokens = g.get("tokenizer.ggml.tokens").unwrap().as_array().unwrap();
-    assert_eq!(tokens[3].as_str(), Some("Ġthe"));
+    assert_eq!(tokens.get(3).unwrap().as_str(), Some("Ġthe"));
     assert_eq!(g.get("tokenizer.ggml.eos_token_id"), Some(&Value::U32(2)));
     assert_eq!(g.tensors()[0].name, "token_embd.weight");
 }

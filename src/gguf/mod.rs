@@ -9,22 +9,27 @@
 //! Versions 2 and 3 (little-endian) are read; they differ only in what they promise about
 //! byte order. Every read is bounds-checked: a truncated or malformed file is an
 //! `invalid_input` error naming the byte offset and what was expected there, and no count read
-//! from the file is trusted for an allocation (capacity is bounded by the bytes left, since
-//! every item takes at least one byte).
+//! from the file is trusted for an allocation: a count is checked against the bytes left
+//! before anything is reserved, and the numbers of metadata entries and tensors are bounded
+//! ([`GGUF_MAX_METADATA_ENTRIES`], [`GGUF_MAX_TENSORS`]).
+//!
+//! Arrays are not decoded while parsing: an [`Array`] keeps its element type, length and the
+//! bytes of its elements (checked once, element by element, without allocating) and decodes
+//! an element when it is read, so the 49,152 tokens of a vocabulary cost one 40-byte value
+//! until the tokenizer walks them. Keys and tensor names are found through sorted indexes
+//! (a lookup is a binary search, the duplicate check one sort), so a header of many keys
+//! parses in `O(n log n)`.
 //!
 //! [`Builder`] writes GGUF files; tests use it to build small synthetic models.
 
 use crate::error::{Error, Result};
+use crate::limits::{GGUF_MAX_ARRAY_DEPTH, GGUF_MAX_METADATA_ENTRIES, GGUF_MAX_TENSORS};
 
 /// The 4-byte magic at the start of every GGUF file.
 pub const MAGIC: [u8; 4] = *b"GGUF";
 
 /// Alignment of the tensor data when `general.alignment` is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
-
-/// Arrays nested deeper than this are refused (llama.cpp writes no nested arrays at all);
-/// the reader recurses per level, so this bounds its stack.
-const MAX_ARRAY_DEPTH: usize = 8;
 
 /// ggml allows at most 4 dimensions per tensor.
 const MAX_DIMS: u32 = 4;
@@ -88,8 +93,20 @@ impl ValueType {
         }
     }
 
+    /// The bytes of one value of a fixed-size type (`None` for strings and arrays).
+    pub fn fixed_size(self) -> Option<usize> {
+        use ValueType::*;
+        match self {
+            U8 | I8 | Bool => Some(1),
+            U16 | I16 => Some(2),
+            U32 | I32 | F32 => Some(4),
+            U64 | I64 | F64 => Some(8),
+            String | Array => None,
+        }
+    }
+
     /// The fewest bytes one value of this type takes (a string is at least its length field,
-    /// an array its type and count), used to bound allocations by the bytes left.
+    /// an array its type and count), used to check counts against the bytes left.
     fn min_size(self) -> usize {
         use ValueType::*;
         match self {
@@ -123,7 +140,7 @@ impl ValueType {
 
 /// A metadata value; strings borrow the file's bytes (GGUF promises UTF-8 but the reader does
 /// not check values, only keys and tensor names; see [`Value::as_str`]).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Value<'a> {
     U8(u8),
     I8(i8),
@@ -134,8 +151,8 @@ pub enum Value<'a> {
     F32(f32),
     Bool(bool),
     String(&'a [u8]),
-    /// The element type (kept so an empty array still has one) and the elements.
-    Array(ValueType, Vec<Value<'a>>),
+    /// An array, decoded element by element on access.
+    Array(Array<'a>),
     U64(u64),
     I64(i64),
     F64(f64),
@@ -154,7 +171,7 @@ impl<'a> Value<'a> {
             Value::F32(_) => ValueType::F32,
             Value::Bool(_) => ValueType::Bool,
             Value::String(_) => ValueType::String,
-            Value::Array(..) => ValueType::Array,
+            Value::Array(_) => ValueType::Array,
             Value::U64(_) => ValueType::U64,
             Value::I64(_) => ValueType::I64,
             Value::F64(_) => ValueType::F64,
@@ -201,14 +218,120 @@ impl<'a> Value<'a> {
         self.as_bytes().and_then(|b| std::str::from_utf8(b).ok())
     }
 
-    /// The elements of an array value.
-    pub fn as_array(&self) -> Option<&[Value<'a>]> {
+    /// An array value.
+    pub fn as_array(&self) -> Option<Array<'a>> {
         match self {
-            Value::Array(_, items) => Some(items),
+            Value::Array(a) => Some(*a),
             _ => None,
         }
     }
 }
+
+/// A metadata array: its element type (kept so an empty array still has one), its length and
+/// the encoded bytes of its elements in the file, decoded on access.
+///
+/// Parsing checked every element (string lengths, bool bytes, nested arrays' types, lengths
+/// and depth), so decoding cannot fail; an array of 10^7 `u8` costs this 40-byte value, not
+/// 10^7 decoded ones. [`Array::get`] is `O(1)` for fixed-size elements and walks the elements
+/// before `i` for strings and arrays; [`Array::iter`] decodes in order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Array<'a> {
+    elem: ValueType,
+    len: usize,
+    bytes: &'a [u8],
+}
+
+impl<'a> Array<'a> {
+    /// The type of every element.
+    pub fn elem_type(&self) -> ValueType {
+        self.elem
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The elements' bytes as stored in the file.
+    pub fn encoded(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The elements in order, decoded one at a time.
+    pub fn iter(&self) -> ArrayIter<'a> {
+        ArrayIter {
+            elem: self.elem,
+            left: self.len,
+            reader: Reader {
+                bytes: self.bytes,
+                pos: 0,
+            },
+        }
+    }
+
+    /// Element `i`, or `None` past the end.
+    pub fn get(&self, i: usize) -> Option<Value<'a>> {
+        if i >= self.len {
+            return None;
+        }
+        match self.elem.fixed_size() {
+            Some(size) => {
+                let mut reader = Reader {
+                    bytes: self.bytes.get(i.checked_mul(size)?..)?,
+                    pos: 0,
+                };
+                reader.value(self.elem, "", 0).ok()
+            }
+            None => self.iter().nth(i),
+        }
+    }
+}
+
+impl<'a> IntoIterator for Array<'a> {
+    type Item = Value<'a>;
+    type IntoIter = ArrayIter<'a>;
+
+    fn into_iter(self) -> ArrayIter<'a> {
+        self.iter()
+    }
+}
+
+/// The elements of an [`Array`], decoded in order.
+#[derive(Debug, Clone)]
+pub struct ArrayIter<'a> {
+    elem: ValueType,
+    left: usize,
+    reader: Reader<'a>,
+}
+
+impl<'a> Iterator for ArrayIter<'a> {
+    type Item = Value<'a>;
+
+    fn next(&mut self) -> Option<Value<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // The elements were checked when the file was parsed, so this does not fail; if it
+        // did, the iteration would end early rather than panic.
+        let value = self.reader.value(self.elem, "", 0).ok();
+        if value.is_none() {
+            self.left = 0;
+        }
+        value
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for ArrayIter<'_> {}
 
 /// One tensor's info record: where its data lies, never the data itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -290,7 +413,11 @@ pub fn ggml_type_block(ggml_type: u32) -> Option<(u64, u64)> {
 pub struct Gguf<'a> {
     version: u32,
     metadata: Vec<(&'a str, Value<'a>)>,
+    /// Indexes into `metadata`, sorted by key (keys are unique).
+    key_index: Vec<usize>,
     tensors: Vec<TensorInfo<'a>>,
+    /// Indexes into `tensors`, sorted by name (names are unique).
+    tensor_index: Vec<usize>,
     alignment: u64,
     data_offset: u64,
 }
@@ -338,18 +465,28 @@ impl<'a> Gguf<'a> {
         }
         let tensor_count = r.u64(&|| "the tensor count".into())?;
         let kv_count = r.u64(&|| "the metadata count".into())?;
+        if kv_count > GGUF_MAX_METADATA_ENTRIES {
+            return Err(Error::limit_exceeded(format!(
+                "GGUF: the metadata count {kv_count} (at byte 16) is over the limit of \
+                 {GGUF_MAX_METADATA_ENTRIES} entries (GGUF_MAX_METADATA_ENTRIES)"
+            )));
+        }
+        if tensor_count > GGUF_MAX_TENSORS {
+            return Err(Error::limit_exceeded(format!(
+                "GGUF: the tensor count {tensor_count} (at byte 8) is over the limit of \
+                 {GGUF_MAX_TENSORS} tensors (GGUF_MAX_TENSORS)"
+            )));
+        }
 
         // Each key/value takes at least 8 (key length) + 4 (type) + 1 bytes.
-        let mut metadata: Vec<(&'a str, Value<'a>)> =
-            Vec::with_capacity(bounded_capacity(kv_count, r.remaining(), 13));
+        let cap = bounded_capacity(kv_count, r.remaining(), 13);
+        let mut metadata: Vec<(&'a str, Value<'a>)> = Vec::with_capacity(cap);
+        let mut key_offsets: Vec<usize> = Vec::with_capacity(cap);
         for i in 0..kv_count {
             let key_at = r.pos;
             let key = r.string(&|| format!("the key of metadata entry {i} of {kv_count}"))?;
             let key = std::str::from_utf8(key)
                 .map_err(|_| r.invalid_at(key_at, "a UTF-8 metadata key", "invalid UTF-8"))?;
-            if metadata.iter().any(|(k, _)| *k == key) {
-                return Err(r.invalid_at(key_at, "a new metadata key", &format!("`{key}` again")));
-            }
             let tag_at = r.pos;
             let tag = r.u32(&|| format!("the value type of metadata key `{key}`"))?;
             let ty = ValueType::from_u32(tag).ok_or_else(|| {
@@ -361,10 +498,25 @@ impl<'a> Gguf<'a> {
             })?;
             let value = r.value(ty, key, 0)?;
             metadata.push((key, value));
+            key_offsets.push(key_at);
         }
+        let key_index = sorted_index(&metadata, |(k, _)| k).map_err(|(_, later)| {
+            r.invalid_at(
+                key_offsets[later],
+                "a new metadata key",
+                &format!("`{}` again", metadata[later].0),
+            )
+        })?;
+        drop(key_offsets);
+        let lookup = |key: &str| {
+            key_index
+                .binary_search_by(|&i| metadata[i].0.cmp(key))
+                .ok()
+                .map(|at| &metadata[key_index[at]].1)
+        };
 
         let mut alignment = DEFAULT_ALIGNMENT;
-        if let Some((_, v)) = metadata.iter().find(|(k, _)| *k == "general.alignment") {
+        if let Some(v) = lookup("general.alignment") {
             match v {
                 Value::U32(a) if a.is_power_of_two() => alignment = u64::from(*a),
                 other => {
@@ -376,7 +528,9 @@ impl<'a> Gguf<'a> {
         }
 
         // Each tensor info takes at least 8 (name length) + 4 + 4 + 8 bytes.
-        let mut tensors = Vec::with_capacity(bounded_capacity(tensor_count, r.remaining(), 24));
+        let cap = bounded_capacity(tensor_count, r.remaining(), 24);
+        let mut tensors = Vec::with_capacity(cap);
+        let mut name_offsets: Vec<usize> = Vec::with_capacity(cap);
         for i in 0..tensor_count {
             let what = || format!("tensor info {i} of {tensor_count}");
             let name_at = r.pos;
@@ -423,13 +577,23 @@ impl<'a> Gguf<'a> {
                 ggml_type,
                 offset,
             });
+            name_offsets.push(name_at);
         }
+        let tensor_index = sorted_index(&tensors, |t| &t.name).map_err(|(_, later)| {
+            r.invalid_at(
+                name_offsets[later],
+                "a new tensor name",
+                &format!("`{}` again", tensors[later].name),
+            )
+        })?;
 
         let data_offset = (r.pos as u64).div_ceil(alignment) * alignment;
         Ok(Gguf {
             version,
             metadata,
+            key_index,
             tensors,
+            tensor_index,
             alignment,
             data_offset,
         })
@@ -445,17 +609,25 @@ impl<'a> Gguf<'a> {
         &self.metadata
     }
 
-    /// The value of a metadata key.
+    /// The value of a metadata key (a binary search of the sorted key index).
     pub fn get(&self, key: &str) -> Option<&Value<'a>> {
-        self.metadata
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| v)
+        self.key_index
+            .binary_search_by(|&i| self.metadata[i].0.cmp(key))
+            .ok()
+            .map(|at| &self.metadata[self.key_index[at]].1)
     }
 
     /// Tensor infos in file order.
     pub fn tensors(&self) -> &[TensorInfo<'a>] {
         &self.tensors
+    }
+
+    /// The info of the tensor named `name` (a binary search of the sorted name index).
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo<'a>> {
+        self.tensor_index
+            .binary_search_by(|&i| self.tensors[i].name.cmp(name))
+            .ok()
+            .map(|at| &self.tensors[self.tensor_index[at]])
     }
 
     /// Alignment of the tensor data (`general.alignment`, default 32).
@@ -466,6 +638,24 @@ impl<'a> Gguf<'a> {
     /// Byte offset in the file where the tensor data begins.
     pub fn data_offset(&self) -> u64 {
         self.data_offset
+    }
+}
+
+/// The indexes of `items` sorted by `key` (ties in file order), or the indexes of the first
+/// two items with the same key, in file order.
+fn sorted_index<T>(
+    items: &[T],
+    key: impl Fn(&T) -> &&str,
+) -> std::result::Result<Vec<usize>, (usize, usize)> {
+    let mut index: Vec<usize> = (0..items.len()).collect();
+    // Stable, so equal keys stay in file order; O(n log n) comparisons.
+    index.sort_by(|&a, &b| key(&items[a]).cmp(key(&items[b])));
+    match index
+        .windows(2)
+        .find(|w| key(&items[w[0]]) == key(&items[w[1]]))
+    {
+        Some(w) => Err((w[0], w[1])),
+        None => Ok(index),
     }
 }
 
@@ -481,6 +671,7 @@ fn gguf_error(message: String) -> Error {
     Error::invalid_input(format!("GGUF: {message}"))
 }
 
+#[derive(Debug, Clone)]
 struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
@@ -560,10 +751,10 @@ impl<'a> Reader<'a> {
             }
             ValueType::String => Value::String(self.string(&what)?),
             ValueType::Array => {
-                if depth >= MAX_ARRAY_DEPTH {
+                if depth >= GGUF_MAX_ARRAY_DEPTH {
                     return Err(self.invalid_at(
                         self.pos,
-                        &format!("arrays nested at most {MAX_ARRAY_DEPTH} deep in `{key}`"),
+                        &format!("arrays nested at most {GGUF_MAX_ARRAY_DEPTH} deep in `{key}`"),
                         "a deeper array",
                     ));
                 }
@@ -577,8 +768,9 @@ impl<'a> Reader<'a> {
                     )
                 })?;
                 let count = self.u64(&|| format!("the length of array `{key}`"))?;
-                let cap = bounded_capacity(count, self.remaining(), elem.min_size());
-                if (cap as u64) < count {
+                // Checked before anything is read: every element takes at least `min_size`.
+                let len = bounded_capacity(count, self.remaining(), elem.min_size());
+                if (len as u64) < count {
                     return Err(gguf_error(format!(
                         "at byte {}: expected {count} {} elements of array `{key}` (at least {} \
                          bytes), but the file ends after {} more bytes (truncated?)",
@@ -588,11 +780,25 @@ impl<'a> Reader<'a> {
                         self.remaining()
                     )));
                 }
-                let mut items = Vec::with_capacity(cap);
-                for _ in 0..count {
-                    items.push(self.value(elem, key, depth + 1)?);
+                let start = self.pos;
+                match elem.fixed_size() {
+                    // `len * size` fits: it is at most the bytes left.
+                    Some(size) if elem != ValueType::Bool => {
+                        self.take(len * size, &|| format!("the elements of array `{key}`"))?;
+                    }
+                    // Strings, nested arrays and bools are checked one by one, allocating
+                    // nothing: decoding them later cannot fail.
+                    _ => {
+                        for _ in 0..len {
+                            self.value(elem, key, depth + 1)?;
+                        }
+                    }
                 }
-                Value::Array(elem, items)
+                Value::Array(Array {
+                    elem,
+                    len,
+                    bytes: &self.bytes[start..self.pos],
+                })
             }
         })
     }
@@ -658,16 +864,29 @@ impl Builder {
         self.value(key, &Value::String(v.as_bytes()))
     }
 
+    /// Adds an array entry whose elements are `items`, each of type `elem` (not checked: a
+    /// mismatch writes a file the reader refuses or misreads, which tests of the reader want).
+    pub fn array(mut self, key: &str, elem: ValueType, items: &[Value<'_>]) -> Self {
+        self.key(key, ValueType::Array);
+        self.metadata.extend_from_slice(&elem.tag().to_le_bytes());
+        self.metadata
+            .extend_from_slice(&(items.len() as u64).to_le_bytes());
+        for item in items {
+            put_value(&mut self.metadata, item);
+        }
+        self
+    }
+
     /// Adds an array-of-strings entry.
     pub fn strings<S: AsRef<[u8]>>(self, key: &str, items: &[S]) -> Self {
-        let items = items.iter().map(|s| Value::String(s.as_ref())).collect();
-        self.value(key, &Value::Array(ValueType::String, items))
+        let items: Vec<Value<'_>> = items.iter().map(|s| Value::String(s.as_ref())).collect();
+        self.array(key, ValueType::String, &items)
     }
 
     /// Adds an array-of-i32 entry.
     pub fn i32s(self, key: &str, items: &[i32]) -> Self {
-        let items = items.iter().map(|&v| Value::I32(v)).collect();
-        self.value(key, &Value::Array(ValueType::I32, items))
+        let items: Vec<Value<'_>> = items.iter().map(|&v| Value::I32(v)).collect();
+        self.array(key, ValueType::I32, &items)
     }
 
     /// Adds a tensor with the given data (its length is not checked against the type).
@@ -725,12 +944,10 @@ fn put_value(out: &mut Vec<u8>, value: &Value<'_>) {
         Value::F32(v) => out.extend_from_slice(&v.to_le_bytes()),
         Value::Bool(v) => out.push(u8::from(*v)),
         Value::String(s) => put_string(out, s),
-        Value::Array(ty, items) => {
-            out.extend_from_slice(&ty.tag().to_le_bytes());
-            out.extend_from_slice(&(items.len() as u64).to_le_bytes());
-            for item in items {
-                put_value(out, item);
-            }
+        Value::Array(a) => {
+            out.extend_from_slice(&a.elem.tag().to_le_bytes());
+            out.extend_from_slice(&(a.len as u64).to_le_bytes());
+            out.extend_from_slice(a.bytes);
         }
         Value::U64(v) => out.extend_from_slice(&v.to_le_bytes()),
         Value::I64(v) => out.extend_from_slice(&v.to_le_bytes()),
@@ -742,7 +959,25 @@ fn put_value(out: &mut Vec<u8>, value: &Value<'_>) {
 mod tests {
     use super::*;
 
+    /// The encoded elements of an array of `items`, for building nested arrays.
+    fn encode(items: &[Value<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for item in items {
+            put_value(&mut out, item);
+        }
+        out
+    }
+
+    fn array<'a>(elem: ValueType, len: usize, bytes: &'a [u8]) -> Value<'a> {
+        Value::Array(Array { elem, len, bytes })
+    }
+
     fn all_types() -> Builder {
+        let u8s = encode(&[Value::U8(1), Value::U8(2)]);
+        let inner = [
+            array(ValueType::U8, 2, &u8s),
+            array(ValueType::String, 0, &[]),
+        ];
         Builder::new()
             .value("u8", &Value::U8(200))
             .value("i8", &Value::I8(-5))
@@ -756,16 +991,7 @@ mod tests {
             .value("u64", &Value::U64(u64::MAX))
             .value("i64", &Value::I64(i64::MIN))
             .value("f64", &Value::F64(-2.25))
-            .value(
-                "nested",
-                &Value::Array(
-                    ValueType::Array,
-                    vec![
-                        Value::Array(ValueType::U8, vec![Value::U8(1), Value::U8(2)]),
-                        Value::Array(ValueType::String, vec![]),
-                    ],
-                ),
-            )
+            .array("nested", ValueType::Array, &inner)
             .tensor("w", &[32, 2], 3, vec![7; 40])
             .tensor("b", &[3], 0, vec![1; 12])
     }
@@ -787,8 +1013,17 @@ mod tests {
         assert_eq!(g.get("i64").unwrap().as_i64(), Some(i64::MIN));
         assert_eq!(g.get("f64"), Some(&Value::F64(-2.25)));
         let nested = g.get("nested").unwrap().as_array().unwrap();
-        assert_eq!(nested[0].as_array().unwrap(), &[Value::U8(1), Value::U8(2)]);
-        assert_eq!(nested[1], Value::Array(ValueType::String, vec![]));
+        assert_eq!((nested.len(), nested.elem_type()), (2, ValueType::Array));
+        let first = nested.get(0).unwrap().as_array().unwrap();
+        assert_eq!(
+            first.iter().collect::<Vec<_>>(),
+            [Value::U8(1), Value::U8(2)]
+        );
+        assert_eq!(first.get(1), Some(Value::U8(2)));
+        assert_eq!(first.get(2), None);
+        let second = nested.get(1).unwrap().as_array().unwrap();
+        assert_eq!((second.len(), second.elem_type()), (0, ValueType::String));
+        assert_eq!(nested.iter().count(), 2);
         assert_eq!(g.tensors().len(), 2);
         let w = &g.tensors()[0];
         assert_eq!(
@@ -853,14 +1088,28 @@ mod tests {
 
     #[test]
     fn hostile_counts_fail_without_allocating() {
-        // A metadata count of u64::MAX with nothing after it.
+        // A metadata count of u64::MAX with nothing after it: over the limit.
         let mut bytes = b"GGUF\x03\0\0\0".to_vec();
         bytes.extend_from_slice(&0u64.to_le_bytes());
         bytes.extend_from_slice(&u64::MAX.to_le_bytes());
+        let err = Gguf::parse(&bytes).unwrap_err();
+        assert!(err.is_limit_exceeded());
+        assert_eq!(
+            err.to_string(),
+            "GGUF: the metadata count 18446744073709551615 (at byte 16) is over the limit of \
+             65536 entries (GGUF_MAX_METADATA_ENTRIES)"
+        );
+        // Within the limit but past the bytes left: truncated.
+        bytes[16..24].copy_from_slice(&GGUF_MAX_METADATA_ENTRIES.to_le_bytes());
         assert!(Gguf::parse(&bytes)
             .unwrap_err()
             .to_string()
             .contains("truncated"));
+        // A tensor count of 2^40.
+        bytes[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let err = Gguf::parse(&bytes).unwrap_err();
+        assert!(err.is_limit_exceeded());
+        assert!(err.to_string().contains("GGUF_MAX_TENSORS"), "{err}");
 
         // An array claiming 2^62 strings.
         let mut bytes = b"GGUF\x03\0\0\0".to_vec();
@@ -941,15 +1190,141 @@ mod tests {
             .to_string()
             .contains("product fits"));
 
-        let mut deep = Value::U8(0);
-        for _ in 0..=MAX_ARRAY_DEPTH {
-            deep = Value::Array(deep.value_type(), vec![deep]);
+        // An array of one array of ... of one u8, nested `levels` deep.
+        let nested = |levels: usize| {
+            let (mut elem, mut bytes) = (ValueType::U8, vec![0u8]);
+            for _ in 1..levels {
+                bytes = encode(&[array(elem, 1, &bytes)]);
+                elem = ValueType::Array;
+            }
+            let mut b = Builder::new();
+            b.key("deep", ValueType::Array);
+            put_value(&mut b.metadata, &array(elem, 1, &bytes));
+            b.build()
+        };
+        let ok = nested(GGUF_MAX_ARRAY_DEPTH);
+        let g = Gguf::parse(&ok).unwrap();
+        let mut v = *g.get("deep").unwrap();
+        for _ in 0..GGUF_MAX_ARRAY_DEPTH {
+            v = v.as_array().unwrap().get(0).unwrap();
         }
-        let deep = Builder::new().value("deep", &deep).build();
+        assert_eq!(v, Value::U8(0));
+        let deep = nested(GGUF_MAX_ARRAY_DEPTH + 1);
         assert!(Gguf::parse(&deep)
             .unwrap_err()
             .to_string()
             .contains("nested at most 8 deep"));
+    }
+
+    /// A header of `n` keys `k0`, `k1`, ... (u8 values), then `extra` keys as given.
+    fn many_keys(n: usize, extra: &[&str]) -> Vec<u8> {
+        let mut b = Builder::new();
+        for i in 0..n {
+            b = b.value(&format!("k{i}"), &Value::U8(i as u8));
+        }
+        for k in extra {
+            b = b.value(k, &Value::U8(0));
+        }
+        b.build()
+    }
+
+    #[test]
+    fn many_keys_are_indexed_and_duplicates_found_by_sorting() {
+        // The limit's worth of keys: a sort, not 2^31 comparisons.
+        let n = GGUF_MAX_METADATA_ENTRIES as usize;
+        let bytes = many_keys(n, &[]);
+        let t = std::time::Instant::now();
+        let g = Gguf::parse(&bytes).unwrap();
+        let elapsed = t.elapsed();
+        assert!(elapsed.as_secs_f64() < 1.0, "{elapsed:?}");
+        assert_eq!(g.metadata().len(), n);
+        for i in (0..n).step_by(997) {
+            assert_eq!(g.get(&format!("k{i}")), Some(&Value::U8(i as u8)));
+        }
+        assert_eq!(g.get("k"), None);
+        assert_eq!(g.get(&format!("k{n}")), None);
+
+        // A duplicate as the last key is found, at its offset.
+        let bytes = many_keys(n - 1, &["k7"]);
+        let dup_at = 24
+            + (0..n - 1)
+                .map(|i| 8 + format!("k{i}").len() + 4 + 1)
+                .sum::<usize>();
+        let err = Gguf::parse(&bytes).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("GGUF: at byte {dup_at}: expected a new metadata key, found `k7` again")
+        );
+        // One more key than the limit is refused before any is read.
+        let err = Gguf::parse(&many_keys(n + 1, &[])).unwrap_err();
+        assert!(err.is_limit_exceeded(), "{err}");
+    }
+
+    #[test]
+    fn arrays_are_decoded_on_access() {
+        assert!(std::mem::size_of::<Value<'_>>() <= 48);
+        // Ten million u8 elements: one value, no per-element allocation.
+        let mut b = Builder::new();
+        b.key("big", ValueType::Array);
+        b.metadata
+            .extend_from_slice(&ValueType::U8.tag().to_le_bytes());
+        b.metadata.extend_from_slice(&10_000_000u64.to_le_bytes());
+        b.metadata.extend((0..10_000_000u32).map(|i| i as u8));
+        let bytes = b.strings("s", &["a", "", "ccc"]).build();
+        let g = Gguf::parse(&bytes).unwrap();
+        let big = g.get("big").unwrap().as_array().unwrap();
+        assert_eq!((big.len(), big.elem_type()), (10_000_000, ValueType::U8));
+        assert_eq!(big.encoded().len(), 10_000_000);
+        assert_eq!(
+            big.get(9_999_999),
+            Some(Value::U8((9_999_999u32 % 256) as u8))
+        );
+        assert_eq!(big.get(10_000_000), None);
+        assert_eq!(big.iter().len(), 10_000_000);
+        let s = g.get("s").unwrap().as_array().unwrap();
+        assert_eq!(s.get(2).unwrap().as_str(), Some("ccc"));
+        let all: Vec<_> = s.iter().map(|v| v.as_str().unwrap()).collect();
+        assert_eq!(all, ["a", "", "ccc"]);
+
+        // Elements are checked while parsing: a bad bool inside an array is an error there.
+        let mut bytes = Builder::new()
+            .array(
+                "flags",
+                ValueType::Bool,
+                &[Value::Bool(true), Value::Bool(false)],
+            )
+            .build();
+        let at = 24 + 8 + 5 + 4 + 4 + 8 + 1; // header, key, tag, type, count, first element
+        bytes[at] = 9;
+        let err = Gguf::parse(&bytes).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("at byte {at}: expected a bool value")),
+            "{err}"
+        );
+        // A string inside an array longer than the file.
+        let mut bytes = Builder::new().strings("t", &["ab"]).build();
+        let at = 24 + 8 + 1 + 4 + 4 + 8;
+        bytes[at..at + 8].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        let err = Gguf::parse(&bytes).unwrap_err().to_string();
+        assert!(err.contains("of 1152921504606846976 bytes"), "{err}");
+    }
+
+    #[test]
+    fn tensors_are_indexed_by_name_and_names_are_unique() {
+        let g_bytes = all_types().build();
+        let g = Gguf::parse(&g_bytes).unwrap();
+        assert_eq!(g.tensor("b").unwrap().dims, [3]);
+        assert_eq!(g.tensor("w").unwrap().ggml_type, 3);
+        assert!(g.tensor("x").is_none());
+        let dup = Builder::new()
+            .tensor("t", &[4], 0, vec![0; 16])
+            .tensor("t", &[4], 0, vec![0; 16])
+            .build();
+        let err = Gguf::parse(&dup).unwrap_err().to_string();
+        assert!(
+            err.contains("expected a new tensor name, found `t` again"),
+            "{err}"
+        );
     }
 
     #[test]

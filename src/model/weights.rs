@@ -125,14 +125,12 @@ impl Matrix {
 }
 
 fn find_info<'g, 'a>(gguf: &'g Gguf<'a>, name: &str) -> Result<&'g TensorInfo<'a>> {
-    gguf.tensors()
-        .iter()
-        .find(|t| t.name == name)
+    gguf.tensor(name)
         .ok_or_else(|| model_error(format!("the file has no tensor `{name}`")))
 }
 
 pub(crate) fn has_tensor(gguf: &Gguf<'_>, name: &str) -> bool {
-    gguf.tensors().iter().any(|t| t.name == name)
+    gguf.tensor(name).is_some()
 }
 
 pub(crate) fn model_error(message: String) -> Error {

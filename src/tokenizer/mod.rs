@@ -27,6 +27,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};
+use crate::limits::MAX_VOCAB_TOKENS;
 use crate::vocab::TokenId;
 
 /// llama.cpp's token types (`tokenizer.ggml.token_type`).
@@ -99,8 +100,15 @@ impl Tokenizer {
             .and_then(Value::as_array)
             .ok_or_else(|| tok_error("tokenizer.ggml.tokens is missing or not an array".into()))?;
         let n = tokens.len();
-        if n == 0 || n > u32::MAX as usize / 2 {
-            return Err(tok_error(format!("tokenizer.ggml.tokens has {n} tokens")));
+        if n == 0 {
+            return Err(tok_error("tokenizer.ggml.tokens has no tokens".into()));
+        }
+        if n > MAX_VOCAB_TOKENS {
+            return Err(Error::limit_exceeded(format!(
+                "GGUF tokenizer: tokenizer.ggml.tokens has {n} tokens, over the limit of \
+                 {MAX_VOCAB_TOKENS} (MAX_VOCAB_TOKENS)"
+            ))
+            .with_param("model"));
         }
         let mut texts = Vec::with_capacity(n);
         for (i, t) in tokens.iter().enumerate() {
@@ -189,7 +197,7 @@ impl Tokenizer {
                     Some(a) if a.len() == n => a
                         .iter()
                         .map(|v| match v {
-                            Value::F32(f) => Some(*f),
+                            Value::F32(f) => Some(f),
                             _ => None,
                         })
                         .collect::<Option<_>>()

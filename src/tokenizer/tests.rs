@@ -126,12 +126,12 @@ fn spm_file(add_space_prefix: bool) -> Vec<u8> {
         types.push(1);
         scores.push(score);
     }
-    let scores = Value::Array(ValueType::F32, scores.into_iter().map(Value::F32).collect());
+    let scores: Vec<Value<'_>> = scores.into_iter().map(Value::F32).collect();
     Builder::new()
         .string("tokenizer.ggml.model", "llama")
         .strings("tokenizer.ggml.tokens", &tokens)
         .i32s("tokenizer.ggml.token_type", &types)
-        .value("tokenizer.ggml.scores", &scores)
+        .array("tokenizer.ggml.scores", ValueType::F32, &scores)
         .value(
             "tokenizer.ggml.add_space_prefix",
             &Value::Bool(add_space_prefix),

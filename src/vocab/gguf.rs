@@ -4,7 +4,8 @@ use super::{
     gpt2, parse_byte_token, sentencepiece_bytes, TokenId, TokenKind, Vocabulary, END_OF_TURN_TEXTS,
 };
 use crate::error::{Error, Result};
-use crate::gguf::{Gguf, Value};
+use crate::gguf::{Array, Gguf, Value};
+use crate::limits::MAX_VOCAB_TOKENS;
 
 /// llama.cpp's `llama_token_type` values in `tokenizer.ggml.token_type`.
 mod token_type {
@@ -45,7 +46,14 @@ pub(super) fn from_gguf(gguf: &Gguf<'_>) -> Result<Vocabulary> {
             ))
         }
     };
-    let types: Option<&[Value<'_>]> = match gguf.get("tokenizer.ggml.token_type") {
+    if texts.len() > MAX_VOCAB_TOKENS {
+        return Err(Error::limit_exceeded(format!(
+            "GGUF vocabulary: tokenizer.ggml.tokens has {} tokens, over the limit of \
+             {MAX_VOCAB_TOKENS} (MAX_VOCAB_TOKENS)",
+            texts.len()
+        )));
+    }
+    let types: Option<Array<'_>> = match gguf.get("tokenizer.ggml.token_type") {
         None => None,
         Some(v) => Some(
             v.as_array()
@@ -65,18 +73,23 @@ pub(super) fn from_gguf(gguf: &Gguf<'_>) -> Result<Vocabulary> {
     let table = gpt2::table();
     let mut tokens = Vec::with_capacity(texts.len());
     let mut special_names: Vec<(usize, &str)> = Vec::new();
+    // The token types in step with the tokens (the lengths were checked equal).
+    let mut type_values = types.map(|t| t.iter());
+    // Per token: its text, and whether it is user-defined (for the end-of-turn scan below).
+    let mut user_defined: Vec<bool> = Vec::with_capacity(texts.len());
     for (i, v) in texts.iter().enumerate() {
         let text = v.as_str().ok_or_else(|| {
             vocab_error(format!(
                 "token {i} of tokenizer.ggml.tokens is not a UTF-8 string"
             ))
         })?;
-        let ty = match types {
+        let ty = match type_values.as_mut().map(Iterator::next) {
             None => token_type::NORMAL,
-            Some(types) => types[i].as_i64().ok_or_else(|| {
-                vocab_error(format!("token_type {i} is not an integer: {:?}", types[i]))
-            })?,
+            Some(t) => t
+                .and_then(|t| t.as_i64())
+                .ok_or_else(|| vocab_error(format!("token_type {i} is not an integer: {t:?}")))?,
         };
+        user_defined.push(ty == token_type::USER_DEFINED);
         let token = match ty {
             token_type::UNDEFINED | token_type::NORMAL if byte_level => {
                 // A character outside the byte table (an added token stored as NORMAL) is
@@ -137,15 +150,15 @@ pub(super) fn from_gguf(gguf: &Gguf<'_>) -> Result<Vocabulary> {
         }
     }
     // End-of-turn tokens by name: a control token, or a user-defined one spelled exactly so.
+    for &(i, text) in &special_names {
+        if END_OF_TURN_TEXTS.contains(&text) {
+            eos.push(i as TokenId);
+        }
+    }
     for (i, text) in texts.iter().enumerate() {
         let Some(text) = text.as_str() else { continue };
-        if END_OF_TURN_TEXTS.contains(&text) {
-            let special = special_names.iter().any(|&(j, _)| j == i);
-            let user_defined =
-                types.is_some_and(|t| t[i].as_i64() == Some(token_type::USER_DEFINED));
-            if special || user_defined {
-                eos.push(i as TokenId);
-            }
+        if user_defined[i] && END_OF_TURN_TEXTS.contains(&text) {
+            eos.push(i as TokenId);
         }
     }
     Vocabulary::from_tokens(tokens, eos)

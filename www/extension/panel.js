@@ -1,6 +1,11 @@
 // The side panel: loads the model into the engine (a Web Worker of this page, not the
 // extension's service worker), reads the selection of the current tab, and extracts JSON from
 // it under the schema in the box (guided_json), streaming. Test hooks: window.pootPanel.
+//
+// Permissions: the extension reads no site until asked. The page is read through activeTab
+// (granted for the tab whose toolbar button was clicked); the model's web origin is asked for
+// (optional_host_permissions) when a model is loaded from it, so a server that sends no CORS
+// headers can still serve the model.
 import { createWorkerEngine } from "./poot/dist/index.js";
 import { validate } from "./validate.js";
 
@@ -33,10 +38,45 @@ function fmt(n) {
   return n === undefined ? "?" : `${(n / (1 << 20)).toFixed(1)} MiB`;
 }
 
+/**
+ * The match pattern of a model URL's origin when it is a web origin other than this page's
+ * (`null` for a file, a relative URL or this extension's own files).
+ */
+function remoteOrigin(source) {
+  if (typeof source !== "string") return null;
+  try {
+    const url = new URL(source, location.href);
+    if (!/^https?:$/.test(url.protocol) || url.origin === location.origin) return null;
+    // Without a port, a match pattern covers every port of the host.
+    return `${url.protocol}//${url.hostname}/*`;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Asks for read access to the model's origin. Must be called before any `await` of a click
+ * handler: Chrome shows the prompt only during a user gesture. Outside one (the load when the
+ * panel opens) the request fails and this resolves to whether access was granted before.
+ * Resolves to true when no access is needed.
+ */
+function requestOrigin(origin) {
+  if (!origin) return Promise.resolve(true);
+  const origins = [origin];
+  return chrome.permissions
+    .request({ origins })
+    .catch(() => chrome.permissions.contains({ origins }))
+    .catch(() => false);
+}
+
 async function load(source, name) {
+  // First, while a click on Load is still a user gesture.
+  const origin = remoteOrigin(source);
+  const access = requestOrigin(origin);
   $("run").disabled = true;
   state.loaded = false;
   state.error = null;
+  const granted = await access;
   if (engine) await engine.unload().catch(() => {});
   worker?.terminate();
   worker = new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module" });
@@ -59,7 +99,9 @@ async function load(source, name) {
     if (typeof source === "string") chrome.storage.local.set({ modelUrl: source });
   } catch (e) {
     state.error = e.message;
-    $("progress-text").textContent = `Could not load ${name}: ${e.message}`;
+    // Without access, a server that sends no CORS headers cannot serve the model.
+    const hint = granted ? "" : ` (this extension may not read ${origin}: press Load to allow it)`;
+    $("progress-text").textContent = `Could not load ${name}: ${e.message}${hint}`;
   }
 }
 
@@ -73,13 +115,18 @@ async function hasHardwareGpu() {
   }
 }
 
-/** The selection of the active web page (the most recently used one when this panel is a tab). */
+/**
+ * The selection of the active web page (the most recently used one when this panel is a tab),
+ * among the pages this extension may read: the one whose toolbar button was clicked
+ * (activeTab), or one of an origin it was granted.
+ */
 async function grabSelection() {
-  const tabs = await chrome.tabs.query({ url: ["http://*/*", "https://*/*"] });
+  // Tabs the extension may not read come without a URL; the filter drops them.
+  const tabs = (await chrome.tabs.query({ url: ["http://*/*", "https://*/*"] })).filter((t) => t.url);
   const active = tabs.filter((t) => t.active).sort((a, b) => (b.lastAccessed ?? 0) - (a.lastAccessed ?? 0));
   const tab = active[0] ?? tabs.sort((a, b) => (b.lastAccessed ?? 0) - (a.lastAccessed ?? 0))[0];
   if (!tab) {
-    $("verdict").textContent = "No web page is open.";
+    $("verdict").textContent = "No page to read: open the page, click this extension's toolbar button there, then try again.";
     return "";
   }
   const [{ result }] = await chrome.scripting.executeScript({ target: { tabId: tab.id }, func: () => String(getSelection() ?? "") });

@@ -1,10 +1,16 @@
 // The browser-extension example (www/extension/, Manifest V3) loaded unpacked in headless
 // Chromium: its side panel page loads the reference model (engine in the panel's Web Worker),
 // reads the selection of a fixture page and turns it into JSON that validates under the schema.
+//
+// The extension reads no site until asked: activeTab for the page, and the model's origin
+// requested (optional_host_permissions) when a model is loaded from it. Playwright cannot click
+// the toolbar button nor answer a permission prompt (microsoft/playwright#32755), so the test
+// loads a copy whose manifest grants the fixture server's origin up front, standing in for the
+// user allowing it; the shipped manifest is checked to ask for no host at install.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -13,22 +19,36 @@ import { chromium } from "playwright-core";
 import { startServer } from "../../../scripts/serve.mjs";
 import { CHROMIUM } from "./chromium.mjs";
 
-const EXTENSION = fileURLToPath(new URL("../../../www/extension/", import.meta.url));
+const SOURCE = fileURLToPath(new URL("../../../www/extension/", import.meta.url));
 const RESULTS = fileURLToPath(new URL("../../../test-results/", import.meta.url));
 let server;
 let context;
 let profile;
+let extension;
+
+test("the extension asks for no site at install", () => {
+  const manifest = JSON.parse(readFileSync(join(SOURCE, "manifest.json"), "utf8"));
+  assert.equal(manifest.host_permissions, undefined);
+  assert.ok(manifest.permissions.includes("activeTab"));
+  assert.deepEqual(manifest.optional_host_permissions, ["http://*/*", "https://*/*"]);
+});
 
 before(async () => {
-  execFileSync(process.execPath, [join(EXTENSION, "build.mjs")]); // copies the built package in
+  execFileSync(process.execPath, [join(SOURCE, "build.mjs")]); // copies the built package in
   server = await startServer({ port: 0 });
   profile = mkdtempSync(join(tmpdir(), "poot-extension-"));
+  // The copy with the fixture server's origin granted (the user's "Allow" at the prompt).
+  extension = mkdtempSync(join(tmpdir(), "poot-extension-unpacked-"));
+  cpSync(SOURCE, extension, { recursive: true });
+  const manifest = JSON.parse(readFileSync(join(extension, "manifest.json"), "utf8"));
+  manifest.host_permissions = [`${new URL(server.url).protocol}//${new URL(server.url).hostname}/*`];
+  writeFileSync(join(extension, "manifest.json"), JSON.stringify(manifest, null, 2));
   context = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM,
     headless: true,
     args: [
-      `--disable-extensions-except=${EXTENSION}`,
-      `--load-extension=${EXTENSION}`,
+      `--disable-extensions-except=${extension}`,
+      `--load-extension=${extension}`,
       "--no-sandbox",
       "--no-first-run",
       "--disable-background-networking",
@@ -41,6 +61,7 @@ after(async () => {
   await context?.close();
   await server?.close();
   if (profile) rmSync(profile, { recursive: true, force: true });
+  if (extension) rmSync(extension, { recursive: true, force: true });
 });
 
 test("the extension turns a page's selection into JSON under the schema", { timeout: 240_000 }, async () => {
