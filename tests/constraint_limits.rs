@@ -195,3 +195,76 @@ fn grammar_and_schema_size_limits() {
     assert_eq!(err.param(), Some("response_format"));
     assert!(err.is_limit_exceeded());
 }
+
+/// A deployment's tightened `Limits` apply at every bound they name, and cannot be raised.
+#[test]
+fn tightened_limits_apply_where_they_name_and_cannot_be_raised() {
+    use poot::limits::Limits;
+    let tight = |o: serde_json::Value| Limits::DEFAULT.tightened(&o).unwrap();
+    let refused = |limits: &Limits, body: serde_json::Value| -> String {
+        let err = Spec::from_request_with(&body, limits)
+            .and_then(|s| s.expect("a constraint").compile_with(limits).map(|_| ()))
+            .expect_err("refused under the tightened limits");
+        assert_eq!(err.code(), "limit_exceeded", "{err}");
+        // The same request compiles under the defaults: the tightened bound refused it.
+        let spec = Spec::from_request(&body).unwrap().unwrap();
+        spec.compile().unwrap_or_else(|e| panic!("{body}: {e}"));
+        err.to_string()
+    };
+    let nested = json!({"type": "array", "items": {"type": "array", "items": {"type": "array",
+        "items": {"type": "integer"}}}});
+    let cases = [
+        (
+            json!({"schema_bytes": 40}),
+            json!({"guided_json": nested.clone()}),
+            "40-byte",
+        ),
+        (
+            json!({"schema_depth": 2}),
+            json!({"guided_json": nested.clone()}),
+            "2 deep",
+        ),
+        (
+            json!({"schema_expansion": 3}),
+            json!({"guided_json": nested}),
+            "3 subschemas",
+        ),
+        (
+            json!({"schema_judge_work": 2}),
+            json!({"guided_json": {"enum": [1, 2, 3], "not": {"const": 2}}}),
+            "more than 2 steps",
+        ),
+        (
+            json!({"one_of_pairs": 1}),
+            json!({"guided_json": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}),
+            "more than the 1 pairs",
+        ),
+        (
+            json!({"regex_bytes": 3}),
+            json!({"guided_regex": "abcd"}),
+            "3-byte",
+        ),
+        (
+            json!({"grammar_bytes": 5}),
+            json!({"guided_grammar": "root ::= \"ab\""}),
+            "5-byte",
+        ),
+    ];
+    for (overrides, body, says) in cases {
+        let message = refused(&tight(overrides.clone()), body);
+        assert!(message.contains(says), "{overrides}: {message}");
+    }
+    for bad in [
+        json!({"schema_bytes": poot::limits::MAX_SCHEMA_BYTES + 1}),
+        json!({"schema_bytes": 0}),
+        json!({"schema_bytes": "100"}),
+        json!({"automaton_bytes": 10}),
+        json!([1]),
+    ] {
+        let err = Limits::DEFAULT.tightened(&bad).unwrap_err();
+        assert_eq!(err.param(), Some("limits"), "{bad}: {err}");
+        assert_eq!(err.code(), "invalid_input");
+    }
+    assert_eq!(Limits::default(), Limits::DEFAULT);
+    assert_eq!(tight(json!({})), Limits::DEFAULT);
+}

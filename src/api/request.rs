@@ -11,6 +11,7 @@ use super::tools::{parse_tool_choice, parse_tools, Tool, ToolChoice};
 use crate::choice::json_kind;
 use crate::constraint::Spec;
 use crate::error::{Error, Result};
+use crate::limits::Limits;
 use crate::sampling::Params;
 use crate::vocab::TokenId;
 
@@ -185,6 +186,11 @@ impl<'a> Fields<'a> {
 impl Request {
     /// Reads and validates `body` for `endpoint`; the error names the field at fault.
     pub fn parse(body: &Value, endpoint: Endpoint) -> Result<Request> {
+        Self::parse_with(body, endpoint, &Limits::DEFAULT)
+    }
+
+    /// [`Request::parse`] with the constraint's text sizes bounded by `limits`.
+    pub fn parse_with(body: &Value, endpoint: Endpoint, limits: &Limits) -> Result<Request> {
         let obj = body.as_object().ok_or_else(|| {
             Error::invalid_input(format!(
                 "the request body must be a JSON object, got {}",
@@ -291,7 +297,7 @@ impl Request {
         // Open ends of the ranges above (top_p 0, repetition_penalty 0) are the sampler's.
         sampling.validate()?;
 
-        let guided = Spec::from_request(body)?;
+        let guided = Spec::from_request_with(body, limits)?;
         let (tools, tools_json, tool_choice, parallel_tool_calls) = match endpoint {
             Endpoint::Chat => {
                 let tools = parse_tools(f.get("tools"))?;

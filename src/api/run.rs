@@ -23,6 +23,7 @@ use crate::chat_template::render_chat;
 use crate::constraint::{Constraint, Matcher, Spec};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value as GgufValue};
+use crate::limits::Limits;
 use crate::model::{Backend, DeviceStep, Finish, StepSource};
 use crate::sampling::{log_softmax, top_k, Sampler};
 use crate::tokenizer::Tokenizer;
@@ -38,6 +39,8 @@ pub struct Engine {
     model_name: String,
     context_length: usize,
     n_vocab: usize,
+    /// The bounds every request's constraint is read and compiled under.
+    limits: Limits,
 }
 
 impl Engine {
@@ -78,7 +81,15 @@ impl Engine {
             template,
             model_name,
             context_length,
+            limits: Limits::DEFAULT,
         })
+    }
+
+    /// This engine with its requests' constraints read and compiled under `limits` (tighter
+    /// than the defaults: `poot serve --limits`).
+    pub fn with_limits(mut self, limits: Limits) -> Engine {
+        self.limits = limits;
+        self
     }
 
     /// The model's name (`general.name`), reported as `model` in responses.
@@ -279,7 +290,7 @@ impl Run {
         endpoint: Endpoint,
         opts: RunOptions,
     ) -> Result<Run> {
-        let req = Request::parse(body, endpoint)?;
+        let req = Request::parse_with(body, endpoint, &engine.limits)?;
         Run::from_request(engine, req, opts)
     }
 
@@ -299,7 +310,11 @@ impl Run {
         }
         let (spec, constraint_param) = constraint_of(&engine, &req)?;
         let constraint = match &spec {
-            Some(spec) => Some(Arc::new(Constraint::from_spec(spec, engine.vocab.clone())?)),
+            Some(spec) => Some(Arc::new(Constraint::from_spec_with(
+                spec,
+                engine.vocab.clone(),
+                &engine.limits,
+            )?)),
             None => None,
         };
         let prompt = engine.prompt_ids(&req)?;

@@ -48,7 +48,7 @@ const USAGE: &str = "usage:
   poot serve  --model GGUF [--port 8080] [--host 127.0.0.1] [--backend cpu|gpu] [--threads T]
               [--api-key KEY] [--allowed-host NAME]... [--allowed-origin ORIGIN]...
               [--max-connections 256] [--queue 64] [--header-timeout 5] [--body-timeout 10]
-              [--write-timeout 5]
+              [--write-timeout 5] [--limits JSON]
   poot check  --request FILE [--emit gbnf]
   poot coverage --model GGUF|tokenizer.json PATH...
   poot trace  --model GGUF|tokenizer.json --request FILE --output TEXT_FILE [--masks]

@@ -58,6 +58,9 @@
 //!   the connection, and a stream whose chunks have not been taken for this long is cancelled.
 //! - 16 KiB of request headers (431 past it); 1 MiB bodies (413, from `Content-Length` before
 //!   reading, or while reading).
+//! - `--limits JSON`: the constraint bounds of [`poot::limits::Limits`] this deployment
+//!   tightens, e.g. `{"schema_bytes": 8192, "schema_judge_work": 10000}`; a value above the
+//!   spec's default, or an unknown name, fails the command.
 //!
 //! # Test hook
 //!
@@ -208,6 +211,7 @@ pub(super) fn serve(rest: &[String]) -> Result<ExitCode, Failure> {
             "header-timeout",
             "body-timeout",
             "write-timeout",
+            "limits",
         ],
     )?;
     let host = opts
@@ -224,7 +228,17 @@ pub(super) fn serve(rest: &[String]) -> Result<ExitCode, Failure> {
     // The weights live as long as the process; leaking the buffer lets the generation thread
     // own a model that borrows them.
     let file: &'static [u8] = Box::leak(read(opts.required("model")?)?.into_boxed_slice());
-    let engine = Arc::new(Engine::from_gguf(&Gguf::parse(file)?)?);
+    let limits = match opts.values.get("limits") {
+        Some(text) => {
+            let overrides = serde_json::from_str(text).map_err(|e| {
+                poot::Error::invalid_input(format!("--limits is not JSON: {e}"))
+                    .with_param("limits")
+            })?;
+            poot::limits::Limits::DEFAULT.tightened(&overrides)?
+        }
+        None => poot::limits::Limits::DEFAULT,
+    };
+    let engine = Arc::new(Engine::from_gguf(&Gguf::parse(file)?)?.with_limits(limits));
     // Built before listening, so a model or backend that cannot load fails the command (a
     // missing GPU fails here, not on the first request). Leaked like the file: the weights
     // (on the GPU, uploaded once) live as long as the process and borrow the CPU model.
