@@ -164,9 +164,7 @@ mod tests {
         assert!(compile(&choices).unwrap_err().is_limit_exceeded());
         // A million strings: refused in microseconds.
         let huge = Value::Array(vec![json!("yes"); 1_000_000]);
-        let t = std::time::Instant::now();
         assert!(parse(&huge).unwrap_err().is_limit_exceeded());
-        assert!(t.elapsed().as_secs_f64() < 0.5);
     }
 
     #[test]
@@ -183,10 +181,10 @@ mod tests {
                     .collect()
             })
             .collect();
-        let t = std::time::Instant::now();
-        let _ = compile(&choices);
-        let elapsed = t.elapsed();
-        assert!(elapsed.as_secs_f64() < 1.0, "{elapsed:?}");
+        // Its time is bounded in tests/hostile_inputs.rs (the core has no clock).
+        if let Err(e) = compile(&choices) {
+            assert!(e.is_limit_exceeded(), "{e}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! bound is checked, and slicing inside a UTF-8 character.
 
 mod bounded;
+mod common;
 
 use bounded::{bounded, compile_body, Outcome};
 use poot::api::{Endpoint, Request};
@@ -363,4 +364,35 @@ fn slicing_inside_a_character_is_an_error_not_a_panic() {
             compile_body(json!({ "guided_grammar": g }))
         });
     }
+}
+
+#[test]
+fn files_and_lists_at_their_limits_are_bounded() {
+    use poot::gguf::{Builder, Gguf, Value as GgufValue};
+    use poot::limits::{GGUF_MAX_METADATA_ENTRIES, MAX_CHOICES, MAX_CHOICE_BYTES};
+    // A header with the limit's worth of keys: indexed by a sort, not compared pairwise
+    // (10^5 keys were 10 s before).
+    reported("GGUF header of the most keys allowed", || {
+        let mut b = Builder::new();
+        for i in 0..GGUF_MAX_METADATA_ENTRIES as usize {
+            b = b.value(&format!("k{i}"), &GgufValue::U8(i as u8));
+        }
+        let bytes = b.build();
+        let g = Gguf::parse(&bytes)?;
+        assert_eq!(g.get("k7"), Some(&GgufValue::U8(7)));
+        Ok(())
+    });
+    // The worst guided_choice allowed: the most strings, the most bytes, no shared prefixes.
+    let mut rng = common::Rng::new(7);
+    let choices: Vec<Value> = (0..MAX_CHOICES)
+        .map(|_| {
+            let s: String = (0..MAX_CHOICE_BYTES / MAX_CHOICES)
+                .map(|_| char::from(b'!' + rng.below(94) as u8))
+                .collect();
+            json!(s.replace(['"', '\\'], "x"))
+        })
+        .collect();
+    reported("guided_choice at its limits", move || {
+        compile_body(json!({ "guided_choice": choices }))
+    });
 }

@@ -1233,10 +1233,8 @@ mod tests {
         // The limit's worth of keys: a sort, not 2^31 comparisons.
         let n = GGUF_MAX_METADATA_ENTRIES as usize;
         let bytes = many_keys(n, &[]);
-        let t = std::time::Instant::now();
+        // Its time is bounded in tests/hostile_inputs.rs (the core has no clock).
         let g = Gguf::parse(&bytes).unwrap();
-        let elapsed = t.elapsed();
-        assert!(elapsed.as_secs_f64() < 1.0, "{elapsed:?}");
         assert_eq!(g.metadata().len(), n);
         for i in (0..n).step_by(997) {
             assert_eq!(g.get(&format!("k{i}")), Some(&Value::U8(i as u8)));

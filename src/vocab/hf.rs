@@ -220,9 +220,7 @@ mod tests {
             1 << 60,
             u64::MAX,
         ] {
-            let t = std::time::Instant::now();
             let err = read(&bpe(json!({"a": 0, "b": id}), json!([]))).unwrap_err();
-            assert!(t.elapsed().as_secs_f64() < 0.1);
             assert_eq!(err.code(), "invalid_input");
             assert_eq!(
                 err.to_string(),
