@@ -598,6 +598,9 @@ fn regexes_and_choices_compile_or_fail_cleanly() {
     tally.report("guided_choice", start);
 }
 
+/// Makes one field's value.
+type MakeValue = fn(&mut Rng) -> Value;
+
 /// A request body: the fields the parser reads, each sometimes of the wrong type or out of
 /// range, and sometimes several constraint fields at once.
 fn request_body(rng: &mut Rng, chat: bool) -> Value {
@@ -626,7 +629,7 @@ fn request_body(rng: &mut Rng, chat: bool) -> Value {
             },
         );
     }
-    let fields: &[(&str, fn(&mut Rng) -> Value)] = &[
+    let fields: &[(&str, MakeValue)] = &[
         ("max_tokens", count),
         ("max_completion_tokens", count),
         ("n", count),
