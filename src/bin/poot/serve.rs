@@ -975,7 +975,10 @@ async fn completion(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+    if let Some(n) = declared.filter(|&n| n > MAX_BODY_BYTES as u64) {
+        if n <= DRAIN_BYTES {
+            drain(req.into_body(), server.config.body_timeout).await;
+        }
         return error_response(StatusCode::PAYLOAD_TOO_LARGE, &too_large());
     }
     let body = Limited::new(req.into_body(), MAX_BODY_BYTES).collect();
@@ -1078,6 +1081,20 @@ async fn completion(
         response.headers_mut().insert("x-poot-warnings", warnings);
     }
     response
+}
+
+/// Past the body limit, a body declared at most this long is read and dropped before the 413
+/// goes out: answering at once and closing made a client that was still sending (a 2 MiB
+/// `fetch` in the serve test, about 1 run in 3) see a reset connection instead of the 413.
+/// Longer ones are answered at once; the connection may then reset under the client.
+const DRAIN_BYTES: u64 = 8 << 20;
+
+/// Reads and drops a body (an over-limit one, see [`DRAIN_BYTES`]) for at most `timeout`.
+async fn drain(mut body: Incoming, timeout: Duration) {
+    let _ = tokio::time::timeout(timeout, async {
+        while let Some(Ok(_)) = body.frame().await {}
+    })
+    .await;
 }
 
 fn too_large() -> Error {
