@@ -351,7 +351,10 @@ test("(i) a full queue answers 503 before compiling the constraint", async () =>
   assert.equal(err.type, "server_error");
   assert.equal(err.code, "overloaded");
   for (const s of [running, ...waiting]) s.destroy();
-  const now = await waitHealth((h) => h.finished >= before.finished + 3 && !h.busy && h.queued === 0, 5000);
+  // 15 s: one make test run (1 in 8 runs here) saw this not happen within 5 s on a loaded
+  // machine; the cause is not known (see the session note), so the health is printed.
+  const now = await waitHealth((h) => h.finished >= before.finished + 3 && !h.busy && h.queued === 0, 15000);
+  console.log(`(i) before ${JSON.stringify(before)}; after ${JSON.stringify(now)}`);
   assert.equal(now.cancelled, before.cancelled + 3);
   // With room again the same request is compiled, and refused for what it is.
   const again = await post(port, "/v1/chat/completions", {
