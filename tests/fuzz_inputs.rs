@@ -4,7 +4,7 @@
 //! property for every input: a compiled constraint or a 4xx error, within 1 s and 256 MiB on
 //! the wasm32 stack (`tests/bounded`), never a panic, an overflow or a hang.
 //!
-//! `POOT_FUZZ_CASES` sets the cases per target (default 3,000: the whole file runs in ~30 s in
+//! `POOT_FUZZ_CASES` sets the cases per target (default 20,000: the whole file runs in ~40 s in
 //! `make test`), `POOT_FUZZ_SEED` the first seed; `scripts/fuzz.sh` runs a long release
 //! build. A failing case prints its seed and input; keep the input under
 //! `tests/data/fuzz/<target>/` (one file per input), where every run replays it first.
@@ -24,7 +24,7 @@ fn cases() -> u64 {
     std::env::var("POOT_FUZZ_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3000)
+        .unwrap_or(20_000)
 }
 
 fn first_seed() -> u64 {
