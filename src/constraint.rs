@@ -54,7 +54,7 @@ use crate::error::{Error, Result};
 use crate::grammar::{self, Grammar};
 use crate::json_schema::JsonSchema;
 use crate::json_value;
-use crate::limits::{Limits, MASK_CACHE_BYTES, MAX_GRAMMAR_STEP_WORK};
+use crate::limits::{check_size, Limits, MASK_CACHE_BYTES, MAX_GRAMMAR_STEP_WORK};
 use crate::mask::{check_mask_len, or_words, set_bit, words_for, TokenMask};
 use crate::regex::{Dfa, DEAD};
 use crate::vocab::{Run, RunMemo, TokenId, Trie, Vocabulary};
@@ -211,16 +211,12 @@ impl Spec {
     pub fn compile_with(&self, limits: &Limits) -> Result<Compiled> {
         match self {
             Spec::Choice(choices) => choice::compile(choices).map(Compiled::Dfa),
-            Spec::Regex(pattern) => {
-                check_size("guided_regex", pattern.len(), limits.regex_bytes)?;
-                Dfa::new(pattern).map(Compiled::Dfa)
-            }
+            Spec::Regex(pattern) => Dfa::new_within(pattern, limits.regex_bytes).map(Compiled::Dfa),
             Spec::Json { schema, field } => {
                 JsonSchema::compile_with(schema, field, limits).map(JsonSchema::into_automaton)
             }
             Spec::Grammar(text) => {
-                check_size("guided_grammar", text.len(), limits.grammar_bytes)?;
-                Grammar::new(text).map(Compiled::Grammar)
+                Grammar::new_within(text, limits.grammar_bytes).map(Compiled::Grammar)
             }
             Spec::JsonObject => Ok(Compiled::JsonValue),
         }
@@ -233,16 +229,6 @@ fn schema_len(v: &Value) -> usize {
         Value::String(s) => s.len(),
         other => other.to_string().len(),
     }
-}
-
-fn check_size(field: &str, len: usize, limit: usize) -> Result<()> {
-    if len > limit {
-        return Err(Error::limit_exceeded(format!(
-            "{field} is {len} bytes, over the {limit}-byte limit"
-        ))
-        .with_param(field));
-    }
-    Ok(())
 }
 
 /// A compiled constraint over one vocabulary; see the module docs.

@@ -125,6 +125,17 @@ impl Limits {
     }
 }
 
+/// The one size check of a request's text: `len` bytes of `field` against `limit`.
+pub(crate) fn check_size(field: &str, len: usize, limit: usize) -> Result<()> {
+    if len > limit {
+        return Err(Error::limit_exceeded(format!(
+            "{field} is {len} bytes, over the {limit}-byte limit"
+        ))
+        .with_param(field));
+    }
+    Ok(())
+}
+
 /// Longest `guided_regex` pattern accepted, in bytes of its UTF-8 text (spec: 4096).
 ///
 /// The pattern length bounds parse time and the size of the syntax tree before any automaton

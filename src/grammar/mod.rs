@@ -324,13 +324,13 @@ impl Grammar {
     /// Parses and compiles GBNF text; errors name the field `guided_grammar` and, for syntax,
     /// the line and column.
     pub fn new(text: &str) -> Result<Self> {
-        if text.len() > MAX_GRAMMAR_BYTES {
-            return Err(Error::limit_exceeded(format!(
-                "guided_grammar is {} bytes, over the {MAX_GRAMMAR_BYTES}-byte limit",
-                text.len()
-            ))
-            .with_param("guided_grammar"));
-        }
+        Self::new_within(text, MAX_GRAMMAR_BYTES)
+    }
+
+    /// [`Grammar::new`] with the text bounded by `max_bytes` (a deployment's
+    /// [`Limits::grammar_bytes`](crate::limits::Limits::grammar_bytes)).
+    pub fn new_within(text: &str, max_bytes: usize) -> Result<Self> {
+        crate::limits::check_size("guided_grammar", text.len(), max_bytes)?;
         let ast = parse::parse(text).map_err(|e| e.into_error(text))?;
         compile::compile(&ast).map_err(|e| e.into_error(text))
     }

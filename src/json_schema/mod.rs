@@ -103,7 +103,8 @@ use crate::constraint::Compiled;
 use crate::error::{Error, Result};
 use crate::grammar::Grammar;
 use crate::limits::{
-    Limits, AUTOMATON_BYTES, FREE_FORM_DEPTH, MAX_EXCLUDED_KEY_CHARS, MAX_SCHEMA_REGEX_BYTES,
+    check_size, Limits, AUTOMATON_BYTES, FREE_FORM_DEPTH, MAX_EXCLUDED_KEY_CHARS,
+    MAX_SCHEMA_REGEX_BYTES,
 };
 use crate::regex::{quote, Dfa};
 use node::Node;
@@ -336,16 +337,6 @@ impl JsonSchema {
     pub fn matches(&self, output: &[u8]) -> bool {
         self.node.matches(output)
     }
-}
-
-fn check_size(field: &str, len: usize, limit: usize) -> Result<()> {
-    if len > limit {
-        return Err(Error::limit_exceeded(format!(
-            "{field} is {len} bytes, over the {limit}-byte limit"
-        ))
-        .with_param(field));
-    }
-    Ok(())
 }
 
 /// The canonical text of a JSON value: sorted keys, no whitespace, integers (also

@@ -95,9 +95,15 @@ pub(crate) fn quote(text: &str) -> String {
 impl Dfa {
     /// Compiles a `guided_regex` pattern; errors name the field `guided_regex`.
     pub fn new(pattern: &str) -> Result<Self> {
-        if pattern.len() > MAX_REGEX_BYTES {
+        Self::new_within(pattern, MAX_REGEX_BYTES)
+    }
+
+    /// [`Dfa::new`] with the pattern's length bounded by `max_bytes` (a deployment's
+    /// [`Limits::regex_bytes`](crate::limits::Limits::regex_bytes)).
+    pub fn new_within(pattern: &str, max_bytes: usize) -> Result<Self> {
+        if pattern.len() > max_bytes {
             return Err(Error::limit_exceeded(format!(
-                "guided_regex {} is {} bytes, over the {MAX_REGEX_BYTES}-byte limit",
+                "guided_regex {} is {} bytes, over the {max_bytes}-byte limit",
                 quote(pattern),
                 pattern.len()
             ))
