@@ -21,32 +21,26 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn cases() -> u64 {
-    std::env::var("POOT_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000)
+    common::fuzz_cases(20_000) as u64
 }
 
 fn first_seed() -> u64 {
-    std::env::var("POOT_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed)
+    common::fuzz_seed()
 }
 
 /// The inputs kept from earlier failures of `target`, as text.
 fn regressions(target: &str) -> Vec<(String, String)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/fuzz")
-        .join(target);
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.expect("a directory entry").path();
-        let text = std::fs::read_to_string(&path).expect("a regression input is UTF-8 text");
-        out.push((path.display().to_string(), text));
-    }
-    out.sort();
-    assert!(!out.is_empty(), "{}: no regression inputs", dir.display());
+    let out: Vec<(String, String)> = common::fuzz_corpus(target)
+        .into_iter()
+        .map(|(path, bytes)| {
+            let text = String::from_utf8(bytes).expect("a regression input is UTF-8 text");
+            (path.display().to_string(), text)
+        })
+        .collect();
+    assert!(
+        !out.is_empty(),
+        "tests/data/fuzz/{target}: no regression inputs"
+    );
     out
 }
 

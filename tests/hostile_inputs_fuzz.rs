@@ -26,38 +26,18 @@ use std::time::Instant;
 const CASE_SECONDS: f64 = 1.0;
 
 fn cases(default: usize) -> usize {
-    std::env::var("POOT_FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
+    common::fuzz_cases(default)
 }
 
+/// Each target's own stream from the shared first seed.
 fn seed(target: &str) -> u64 {
-    let base = std::env::var("POOT_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed);
     target
         .bytes()
-        .fold(base, |h, b| h.rotate_left(7) ^ u64::from(b))
+        .fold(common::fuzz_seed(), |h, b| h.rotate_left(7) ^ u64::from(b))
 }
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/fuzz")
-        .join(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    files.sort();
-    files
-        .into_iter()
-        .filter(|p| p.extension().is_none_or(|e| e != "md"))
-        .map(|p| {
-            let bytes = std::fs::read(&p).unwrap();
-            (p, bytes)
-        })
-        .collect()
+    common::fuzz_corpus(target)
 }
 
 /// Runs `check` on `input`; on a panic, an `Err` that is not clean, or a slow case, saves the

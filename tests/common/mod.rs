@@ -36,3 +36,39 @@ impl Rng {
         ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
 }
+
+/// Cases per fuzz target: `POOT_FUZZ_CASES`, else `default` (`scripts/fuzz.sh` sets it high).
+pub fn fuzz_cases(default: usize) -> usize {
+    std::env::var("POOT_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The fuzz targets' first seed: `POOT_FUZZ_SEED`, else a fixed one.
+pub fn fuzz_seed() -> u64 {
+    std::env::var("POOT_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed)
+}
+
+/// The inputs kept from earlier failures of a fuzz target, `tests/data/fuzz/<target>/` (notes
+/// in `.md` files skipped), sorted by path; every run replays them first.
+pub fn fuzz_corpus(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/fuzz")
+        .join(target);
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+        .into_iter()
+        .filter(|p| p.extension().is_none_or(|e| e != "md"))
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p, bytes)
+        })
+        .collect()
+}

@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import http from "node:http";
 import net from "node:net";
+import { freePort } from "./free-port.mjs";
 
 const bin = process.env.POOT_BIN;
 const model = process.env.POOT_REFERENCE_GGUF;
@@ -24,17 +25,6 @@ const TIMEOUT_S = 2;
 
 const servers = [];
 let port;
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-    s.on("error", reject);
-  });
-}
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 

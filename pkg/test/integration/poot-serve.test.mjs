@@ -7,9 +7,9 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import net from "node:net";
 import OpenAI from "openai";
 import Ajv from "ajv";
+import { freePort } from "./free-port.mjs";
 
 const bin = process.env.POOT_BIN;
 const model = process.env.POOT_REFERENCE_GGUF;
@@ -18,17 +18,6 @@ if (!bin || !model) throw new Error("set POOT_BIN and POOT_REFERENCE_GGUF (make 
 let server;
 let base;
 let client;
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-    s.on("error", reject);
-  });
-}
 
 async function health() {
   const r = await fetch(`${base}/health`);
