@@ -1,6 +1,7 @@
 //! Structure-aware fuzzing of everything a request carries: JSON Schemas (generated with
 //! `$ref`/`$defs`, nesting, huge counts, long and odd-Unicode strings, and mutations of the
-//! JSONSchemaBench schemas), regexes, `guided_choice` lists and whole request bodies. The
+//! JSONSchemaBench schemas), regexes, `guided_choice` lists, whole request bodies and
+//! `--limits` overrides (each followed by a compile under what they allow). The
 //! property for every input: a compiled constraint or a 4xx error, within 1 s and 256 MiB on
 //! the wasm32 stack (`tests/bounded`), never a panic, an overflow or a hang.
 //!
@@ -728,4 +729,58 @@ fn request_bodies_parse_or_fail_cleanly() {
         });
     }
     tally.report("request", start);
+}
+
+/// Random `--limits` overrides (names known and not, numbers in and out of range, other JSON),
+/// then a generated schema compiled under whatever they allow: `Limits::tightened` is `Ok` or an
+/// `invalid_input` naming `limits`, and every budget, however small, ends in a result or a 4xx.
+#[test]
+fn tightened_limits_read_cleanly_and_bound_every_compile() {
+    use poot::constraint::Spec;
+    use poot::limits::Limits;
+    let start = Instant::now();
+    let mut tally = Tally::default();
+    let seed0 = first_seed();
+    for i in 0..cases() {
+        let seed = seed0 + i;
+        let mut rng = Rng::new(seed);
+        let overrides = if rng.chance(0.8) {
+            Value::Object(
+                (0..rng.below(4))
+                    .map(|_| {
+                        let name = if rng.chance(0.9) {
+                            Limits::NAMES[rng.below(Limits::NAMES.len())].to_owned()
+                        } else {
+                            string(&mut rng)
+                        };
+                        let n = if rng.chance(0.7) {
+                            json!(1 + rng.below(64))
+                        } else {
+                            count(&mut rng)
+                        };
+                        (name, n)
+                    })
+                    .collect(),
+            )
+        } else {
+            value(&mut rng, 2)
+        };
+        let schema = root_schema(&mut rng).to_string();
+        let shown = format!("limits {overrides}, schema {schema}");
+        tally.case("limits", &format!("seed {seed}"), &shown, move || {
+            let limits = match Limits::DEFAULT.tightened(&overrides) {
+                Ok(l) => l,
+                Err(e) => {
+                    assert_eq!(e.param(), Some("limits"), "{e}");
+                    return Err(e);
+                }
+            };
+            let body = json!({ "guided_json": schema });
+            if let Some(spec) = Spec::from_request_with(&body, &limits)? {
+                spec.compile_with(&limits)?;
+            }
+            Ok(())
+        });
+    }
+    tally.report("limits", start);
 }
