@@ -86,7 +86,8 @@ pub(super) fn bench(rest: &[String]) -> Result<ExitCode, Failure> {
     let tg = opts.number("tokens", Some(16))? as usize;
     let tok = Tokenizer::from_gguf_bytes(&file)?;
     let mut cpu = Model::from_gguf_bytes(&file[..])?;
-    cpu.set_threads(opts.number("threads", Some(1))? as usize);
+    let threads = opts.number("threads", Some(1))? as usize;
+    cpu.set_threads(threads);
     let mut prompt = Vec::new();
     while prompt.len() < pp {
         prompt.extend(tok.encode(TEXT, false, false));
@@ -103,19 +104,23 @@ pub(super) fn bench(rest: &[String]) -> Result<ExitCode, Failure> {
             print(prefill(&mut b, &prompt, "cpu")?);
             b.truncate(0);
             let logits = b.forward(&prompt)?;
-            let steps = decode_logits(&mut b, logits, tg)?;
-            print(decode_row("cpu", "logits on the CPU", &steps, None));
+            let (steps, ids) = decode_logits(&mut b, logits, tg)?;
+            let mut row = decode_row("cpu", "logits on the CPU", &steps, &ids, None);
+            row["threads"] = threads.into();
+            print(row);
         }
         "gpu" => {
             let gpu = upload(&cpu)?;
             // The kernels' variant (f32, f16, subgroups, f16+subgroups: POOT_GPU_DISABLE picks)
             // goes on every GPU row, so runs of each variant can share one table.
             let kernels = gpu.context().variant().name();
+            let adapter = gpu.context().adapter().name.clone();
             // K and V of every layer, in the cache's element type (f16 with shader-f16).
             let c = cpu.config();
             let kv_per_position = 2 * c.n_layer * c.kv_dim() * gpu.context().kv_precision().bytes();
             let print = |mut v: Value| {
                 v["kernels"] = kernels.into();
+                v["adapter"] = adapter.clone().into();
                 v["kv_cache_bytes_per_position"] = kv_per_position.into();
                 println!("{v}");
             };
@@ -125,10 +130,10 @@ pub(super) fn bench(rest: &[String]) -> Result<ExitCode, Failure> {
             b.truncate(0);
             let logits = b.forward(&prompt)?;
             let before = b.session.counters();
-            let steps = decode_logits(&mut b, logits, tg)?;
+            let (steps, ids) = decode_logits(&mut b, logits, tg)?;
             let counters = Some((before, b.session.counters()));
             let how = "logits read back, CPU sampler";
-            print(decode_row("gpu", how, &steps, counters));
+            print(decode_row("gpu", how, &steps, &ids, counters));
             b.truncate(0);
             let mut source = Greedy {
                 sampler: Sampler::new(Params::greedy())?,
@@ -136,9 +141,15 @@ pub(super) fn bench(rest: &[String]) -> Result<ExitCode, Failure> {
             };
             let first = b.forward_sample(&prompt, &mut source)?;
             let before = b.session.counters();
-            let steps = decode_on_device(&mut b, &mut source, first, tg)?;
+            let (steps, ids) = decode_on_device(&mut b, &mut source, first, tg)?;
             let counters = Some((before, b.session.counters()));
-            print(decode_row("gpu", "sampled on the GPU", &steps, counters));
+            print(decode_row(
+                "gpu",
+                "sampled on the GPU",
+                &steps,
+                &ids,
+                counters,
+            ));
             if let Some(path) = opts.values.get("request") {
                 let body: Value = serde_json::from_slice(&read(path)?).map_err(|e| {
                     Failure::Usage(format!("{path}: the request is not valid JSON: {e}"))
@@ -174,50 +185,56 @@ fn prefill(b: &mut dyn Backend, prompt: &[TokenId], name: &str) -> Result<Value,
 }
 
 /// Greedy decode from the prompt's logits (read back, on the GPU backend); per-step
-/// milliseconds.
+/// milliseconds and the tokens chosen (the rows' `greedy_ids`: where the GPU's differ from
+/// the CPU's is where its rounding first changed a choice).
 fn decode_logits(
     b: &mut dyn Backend,
     mut logits: Vec<f32>,
     tg: usize,
-) -> Result<Vec<f64>, Failure> {
+) -> Result<(Vec<f64>, Vec<TokenId>), Failure> {
     let mut steps = Vec::new();
+    let mut ids = Vec::new();
     for _ in 0..tg {
         let t0 = monotonic_ms();
         let next = argmax(&logits);
         logits = b.forward(&[next])?;
         steps.push(monotonic_ms() - t0);
+        ids.push(next);
     }
-    Ok(steps)
+    Ok((steps, ids))
 }
 
 /// Greedy decode sampled on the GPU (4 bytes read back a step) from the prompt's `first`
-/// token; per-step milliseconds.
+/// token; per-step milliseconds and the tokens chosen (from `first`, as [`decode_logits`]).
 fn decode_on_device(
     b: &mut GpuBackend,
     source: &mut Greedy,
     mut next: TokenId,
     tg: usize,
-) -> Result<Vec<f64>, Failure> {
+) -> Result<(Vec<f64>, Vec<TokenId>), Failure> {
     let mut steps = Vec::new();
+    let mut ids = Vec::new();
     for _ in 0..tg {
         let t0 = monotonic_ms();
+        ids.push(next);
         next = b.forward_sample(&[next], source)?;
         steps.push(monotonic_ms() - t0);
     }
-    Ok(steps)
+    Ok((steps, ids))
 }
 
 fn decode_row(
     backend: &str,
     how: &str,
     steps: &[f64],
+    greedy_ids: &[TokenId],
     counters: Option<(poot::gpu::Counters, poot::gpu::Counters)>,
 ) -> Value {
     let (median, p99) = median_p99(steps);
     let mut row = json!({
         "backend": backend, "what": "decode", "how": how, "tokens": steps.len(),
         "step_ms_median": round3(median), "step_ms_p99": round3(p99),
-        "tok_s": round3(1000.0 / median),
+        "tok_s": round3(1000.0 / median), "greedy_ids": greedy_ids,
     });
     if let Some((a, b)) = counters {
         let per = |x: u64, y: u64| (y - x) as f64 / steps.len().max(1) as f64;
