@@ -57,6 +57,17 @@ impl Limits {
         one_of_pairs: MAX_ONE_OF_PAIRS,
     };
 
+    /// The defaults tightened by `overrides` given as JSON text ([`Limits::tightened`]), as
+    /// `poot serve --limits` and the wasm engine's `limits` option take them.
+    pub fn from_json_text(overrides: &str) -> Result<Limits> {
+        let value = serde_json::from_str(overrides).map_err(|e| {
+            Error::invalid_input(format!("limits is not JSON: {e}"))
+                .with_param("limits")
+                .with_source(e)
+        })?;
+        Limits::DEFAULT.tightened(&value)
+    }
+
     /// These limits with the fields named in `overrides` (a JSON object, field names as
     /// above: `{"schema_bytes": 8192}`) lowered. A limit can only be tightened: a value above
     /// the default, below 1 or not an integer, and an unknown name, are errors naming it.
@@ -214,6 +225,14 @@ pub const MAX_SCHEMA_REGEX_BYTES: usize = 256 * 1024;
 /// largest JSONSchemaBench schema under 16 KiB needs, and stops an exponential chain in a few
 /// milliseconds.
 pub const MAX_SCHEMA_EXPANSION: usize = 10_000;
+
+/// How many schemas' worth of compile budget one request's tools share: their subschema
+/// visits and `enum` judge work add up to at most 4 x [`Limits::schema_expansion`] and
+/// [`Limits::schema_judge_work`] (each tool still within 1 x), and their GBNF rules to at
+/// most 4 x [`MAX_SCHEMA_REGEX_BYTES`] (1 MiB). Without it 128 tools (`MAX_TOOLS`) of hard
+/// schemas cost 128 compiles (~40 ms each at the expansion bound: 5 s); with it, what 4 do.
+/// Typical tools take 5-50 visits and 300-2,000 bytes of rules each, so 128 of them fit.
+pub const TOOLS_SCHEMA_BUDGET: usize = 4;
 
 /// Work the `enum`/`const` judge may do in one schema compile, in units of one subschema
 /// visited or one byte matched against a pattern (pattern bytes times value bytes).

@@ -314,7 +314,7 @@ fn expansions_are_bounded_before_they_are_built() {
             "l0".into(),
             json!({"type": "object", "properties": props(8, json!({}))}),
         );
-        for l in 1..5 {
+        for l in 1..4 {
             let r = json!({"$ref": format!("#/$defs/l{}", l - 1)});
             defs.insert(
                 format!("l{l}"),
@@ -395,4 +395,67 @@ fn files_and_lists_at_their_limits_are_bounded() {
     reported("guided_choice at its limits", move || {
         compile_body(json!({ "guided_choice": choices }))
     });
+}
+
+/// Tool definitions come from third parties (MCP servers, agent frameworks), up to
+/// `MAX_TOOLS` in one request: their schemas' compile work is one request's budget, not one
+/// budget per tool.
+#[test]
+fn tool_lists_share_one_request_budget() {
+    let props = |n: usize, s: Value| {
+        (0..n)
+            .map(|i| (format!("p{i}"), s.clone()))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    // Legal schemas: objects of 8 required properties, 3 levels of `$ref`s deep over an
+    // integer (~1,750 subschema visits each, so the 23rd tool finds the request's shared
+    // budget spent), and 40 required bounded strings (128 of them pass when not forced; forced,
+    // their grammar is over its byte bound).
+    let required = |n: usize, s: Value| json!({"type": "object", "properties": props(n, s), "required": (0..n).map(|i| format!("p{i}")).collect::<Vec<_>>()});
+    let mut defs = serde_json::Map::new();
+    defs.insert("l0".into(), json!({"type": "integer"}));
+    for l in 1..4 {
+        let r = json!({"$ref": format!("#/$defs/l{}", l - 1)});
+        defs.insert(format!("l{l}"), required(8, r));
+    }
+    let heavy = [
+        json!({"$defs": defs, "$ref": "#/$defs/l3"}),
+        required(40, json!({"type": "string", "maxLength": 50})),
+    ];
+    for (i, schema) in heavy.into_iter().enumerate() {
+        for choice in [json!("auto"), json!("required")] {
+            let tools: Vec<Value> = (0..poot::api::tools::MAX_TOOLS)
+                .map(|t| json!({"type": "function", "function": {"name": format!("f{t}"), "parameters": schema}}))
+                .collect();
+            let body = json!({
+                "model": "m",
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": tools,
+                "tool_choice": choice,
+            });
+            assert!(
+                body.to_string().len() < 1 << 20,
+                "fits poot serve's body bound"
+            );
+            let o = reported(
+                &format!(
+                    "{} tools of heavy schema {i}, tool_choice {choice}",
+                    poot::api::tools::MAX_TOOLS
+                ),
+                move || {
+                    let req = Request::parse(&body, Endpoint::Chat)?;
+                    // The forced call's grammar, as a run builds it.
+                    poot::api::tools::Codec::ChatMl
+                        .forced_grammar(
+                            &req.tools,
+                            &req.tool_choice,
+                            req.parallel_tool_calls,
+                            &poot::limits::Limits::DEFAULT,
+                        )
+                        .map(|_| ())
+                },
+            );
+            bounded::check("tools", &o);
+        }
+    }
 }

@@ -11,7 +11,8 @@
 // Everything here is a thin layer over the wasm `Vocabulary` / `Constraint` / `Matcher`: the
 // masks are the Rust engine's, bit for bit.
 import { PootError, toPootError } from "./errors.js";
-import type { ChatCompletionCreateParams, CompletionCreateParams } from "./types.js";
+import type { ChatCompletionCreateParams, CompletionCreateParams, Limits } from "./types.js";
+import { limitsText } from "./limits.js";
 import { loadWasm, type Wasm, type WasmSource } from "./wasm.js";
 
 type WasmVocabulary = Wasm["Vocabulary"]["prototype"];
@@ -115,6 +116,8 @@ export interface CompileConstraintOptions {
   request: ConstraintRequest | ChatCompletionCreateParams | CompletionCreateParams;
   /** The wasm module's bytes or location (needed once in Node; browsers find it themselves). */
   wasm?: WasmSource;
+  /** Tighter bounds on what the request may make the compiler do (see {@link Limits}). */
+  limits?: Limits;
 }
 
 const invalid = (message: string, param: string | null = null) =>
@@ -248,12 +251,13 @@ export async function compileConstraint(options: CompileConstraintOptions): Prom
     throw invalid(`request must be an object (the constraint fields of an OpenAI request), got ${describe(request)}`, "request");
   }
   checkTools(request as { tool_choice?: unknown });
+  const limits = limitsText(options.limits);
   const wasm = await loadWasm(options.wasm);
   const shared = vocabulary instanceof Vocab ? vocabulary : null;
   const vocab = shared ? shared.inner : parseVocabulary(wasm, vocabulary as VocabularySource);
   let constraint: WasmConstraint | undefined;
   try {
-    constraint = wasm.Constraint.fromRequest(vocab, JSON.stringify(request));
+    constraint = wasm.Constraint.fromRequest(vocab, JSON.stringify(request), limits);
   } catch (e) {
     if (!shared) vocab.free();
     throw toPootError(e);

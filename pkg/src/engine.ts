@@ -33,6 +33,7 @@ import type {
   ChatCompletionCreateParamsNonStreaming,
   ChatCompletionCreateParamsStreaming,
   Completion,
+  Limits,
   CompletionChunk,
   CompletionCreateParams,
   CompletionCreateParamsNonStreaming,
@@ -40,6 +41,7 @@ import type {
   ModelList,
   RequestOptions,
 } from "./types.js";
+import { limitsText } from "./limits.js";
 import { instantiateWasm, type Wasm, type WasmSource } from "./wasm.js";
 
 export type { LoadProgress, ModelSource } from "./modelSource.js";
@@ -66,6 +68,8 @@ export interface EngineOptions {
   onCrash?: (event: CrashEvent) => void;
   /** Called when the engine runs again after a crash. */
   onRecover?: (event: RecoverEvent) => void;
+  /** Tighter bounds on what a request may make the engine compile (see {@link Limits}); checked before the model is read. */
+  limits?: Limits;
 }
 
 /** What `onCrash` hears. */
@@ -453,6 +457,8 @@ interface LoadSpec {
   cache: string | false;
   wasm: WasmSource | undefined;
   recover: boolean;
+  /** The `limits` option as JSON text; undefined: the defaults. */
+  limits: string | undefined;
 }
 
 /** Rejects with the request's abort error as soon as `signal` aborts, else settles as `p`. */
@@ -690,6 +696,14 @@ async function loadModel(
     throw toPootError(e);
   }
   const inst = new Instance(wasm);
+  if (spec.limits !== undefined) {
+    // Before the model is read: a bad option fails before a download.
+    try {
+      inst.call(() => wasm.checkLimits(spec.limits!));
+    } catch (e) {
+      throw inst.fromWasm(e);
+    }
+  }
   let from: LoadProgress["phase"] | undefined;
   const onProgress = (p: LoadProgress) => {
     from ??= p.phase;
@@ -707,7 +721,7 @@ async function loadModel(
     throw abortError(signal, "loading the model");
   }
   report?.({ phase: "parse", loaded: 0, total });
-  const core = inst.call(() => wasm.LocalEngine.parse(bytes));
+  const core = inst.call(() => wasm.LocalEngine.parse(bytes, spec.limits));
   try {
     report?.({ phase: "parse", loaded: total, total });
     if (spec.want !== "cpu") {
@@ -763,7 +777,8 @@ export async function createEngine(opts: EngineOptions): Promise<Engine> {
   };
   const cache = opts.cache === false ? false : typeof opts.cache === "string" ? opts.cache : "poot-models";
   const recover = opts.recover !== false;
-  const spec: LoadSpec = { model: opts.model, cache, wasm: opts.wasm, recover };
+  const limits = limitsText(opts.limits);
+  const spec: LoadSpec = { model: opts.model, cache, wasm: opts.wasm, recover, limits };
   const loaded = await loadModel({ ...spec, want }, { signal: opts.signal, report });
   // Without recovery, nothing keeps the model's bytes (or Blob) alive.
   if (!recover) spec.model = undefined;

@@ -98,6 +98,29 @@ export interface StepStats extends StepToken {
   forced: Array<StepToken>;
 }
 
+/**
+ * Bounds on what one request may make the engine compile, tighter than the defaults for one
+ * deployment (the names `poot serve --limits` takes). Each can only be lowered: a value above
+ * its default, below 1 or not an integer, or an unknown name, is a 400 naming `limits`. A
+ * request past a bound is a 400 `limit_exceeded` naming its field and the bound.
+ */
+export interface Limits {
+  /** `guided_regex` text, bytes (default 4,096). */
+  regex_bytes?: number;
+  /** `guided_grammar` text, bytes (default 16,384); also a forced tool call's grammar. */
+  grammar_bytes?: number;
+  /** `guided_json` / `response_format` schema text, bytes (default 16,384); also each tool's parameters. */
+  schema_bytes?: number;
+  /** Subschemas the JSON Schema compiler may visit (default 10,000; a request's tools share 4 times it). */
+  schema_expansion?: number;
+  /** `enum`/`const` checking work, in subschema visits or pattern bytes (default 100,000). */
+  schema_judge_work?: number;
+  /** Nesting of subschemas and `$ref`s (default 64). */
+  schema_depth?: number;
+  /** `oneOf` branch pairs checked for overlap (default 65,536). */
+  one_of_pairs?: number;
+}
+
 /** Options of a `create` call (OpenAI's clients pass `signal` the same way). */
 export interface RequestOptions {
   /** Aborting stops generation within one step. */

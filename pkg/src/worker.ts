@@ -78,6 +78,7 @@ export interface WorkerLoadOptions {
   wasm?: string | ArrayBuffer | WebAssembly.Module;
   /** Whether the engine in the worker restarts by itself after a crash (see createWorkerEngine). */
   recover?: boolean;
+  limits?: EngineOptions["limits"];
 }
 
 /** An error as it crosses: a PootError's fields and its name (`AbortError` for an abort). */
@@ -185,6 +186,7 @@ export function serveEngine(
             signal,
             onProgress: (p) => send({ kind: "progress", id, content: { ...p } }),
             recover: o.recover,
+            limits: o.limits,
             onCrash: (e) => send({ kind: "crashed", id, content: { error: serializeError(e.error), crashes: e.crashes } }),
             onRecover: (e) => send({ kind: "recovered", id, content: { ...e, backend: { ...engine.backend } } }),
           });
@@ -719,7 +721,7 @@ async function loadOptions(opts: WorkerEngineOptions, keep: boolean): Promise<{ 
     }
   }
   if (wasm instanceof ArrayBuffer) transfer.push(wasm);
-  return { content: { model, backend: opts.backend, cache: opts.cache, wasm }, transfer };
+  return { content: { model, backend: opts.backend, cache: opts.cache, wasm, limits: opts.limits }, transfer };
 }
 
 function headerList(headers: Headers): [string, string][] {

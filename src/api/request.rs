@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::tools::{parse_tool_choice, parse_tools, Tool, ToolChoice};
+use super::tools::{parse_tool_choice, parse_tools_with, Tool, ToolChoice};
 use crate::choice::json_kind;
 use crate::constraint::Spec;
 use crate::error::{Error, Result};
@@ -300,7 +300,7 @@ impl Request {
         let guided = Spec::from_request_with(body, limits)?;
         let (tools, tools_json, tool_choice, parallel_tool_calls) = match endpoint {
             Endpoint::Chat => {
-                let tools = parse_tools(f.get("tools"))?;
+                let tools = parse_tools_with(f.get("tools"), limits)?;
                 let choice = parse_tool_choice(f.get("tool_choice"), &tools)?;
                 let parallel = f.boolean("parallel_tool_calls")?.unwrap_or(true);
                 let json = f.get("tools").filter(|_| !tools.is_empty()).cloned();

@@ -1046,9 +1046,12 @@ fn constraint_of(engine: &Engine, req: &Request) -> Result<(Option<Spec>, Option
         ToolChoice::Required | ToolChoice::Function(_)
     ) {
         if let Some(codec) = engine.codec {
-            if let Some(grammar) =
-                codec.forced_grammar(&req.tools, &req.tool_choice, req.parallel_tool_calls)?
-            {
+            if let Some(grammar) = codec.forced_grammar(
+                &req.tools,
+                &req.tool_choice,
+                req.parallel_tool_calls,
+                &engine.limits,
+            )? {
                 return Ok((Some(Spec::Grammar(grammar)), Some("tool_choice")));
             }
         }

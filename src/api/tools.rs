@@ -28,12 +28,12 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::json_schema::JsonSchema;
-use crate::limits::MAX_GRAMMAR_BYTES;
+use crate::limits::{Limits, MAX_SCHEMA_REGEX_BYTES, TOOLS_SCHEMA_BUDGET};
 use crate::sampling::splitmix64;
 
-/// Most tools one request may declare: OpenAI's own limit. Each tool's schema is compiled to
-/// an automaton when the request is read (up to 16 KiB of schema each), so this bounds that
-/// work too.
+/// Most tools one request may declare: OpenAI's own limit. Each tool's schema is rendered to
+/// GBNF rules when the request is read (up to 16 KiB of schema each), all of them under one
+/// request's budget ([`TOOLS_SCHEMA_BUDGET`]).
 pub const MAX_TOOLS: usize = 128;
 
 /// Longest tool name, OpenAI's limit (names are `[a-zA-Z0-9_-]{1,64}`).
@@ -72,6 +72,9 @@ pub struct Tool {
     /// (`{"type": "object", "properties": {}, "additionalProperties": false}`), so a forced
     /// call to it is `"arguments": {}` rather than a free-form object.
     pub parameters: Value,
+    /// The parameters' GBNF rules (entry `root`), made once when the tools are read
+    /// ([`JsonSchema::gbnf_within`]); a forced call's grammar is assembled from them.
+    pub gbnf: String,
 }
 
 /// What `tool_choice` asks for.
@@ -139,6 +142,13 @@ fn valid_name(name: &str) -> bool {
 /// compiles as a `guided_json` schema would (so a forced call can be constrained to it), and
 /// its compile error is returned as is. Every error names the param `tools`.
 pub fn parse_tools(v: Option<&Value>) -> Result<Vec<Tool>> {
+    parse_tools_with(v, &Limits::DEFAULT)
+}
+
+/// [`parse_tools`] under `limits`: each tool's schema within them, and all of the request's
+/// tools together within [`TOOLS_SCHEMA_BUDGET`] times them (subschema visits, `enum` judge
+/// work, bytes of rules), so a list of 128 hard schemas costs what 4 do.
+pub fn parse_tools_with(v: Option<&Value>, limits: &Limits) -> Result<Vec<Tool>> {
     let items = match v {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
@@ -156,6 +166,13 @@ pub fn parse_tools(v: Option<&Value>) -> Result<Vec<Tool>> {
         .with_param("tools"));
     }
     let mut tools: Vec<Tool> = Vec::with_capacity(items.len());
+    let mut left = ToolsBudget {
+        visits: limits.schema_expansion.saturating_mul(TOOLS_SCHEMA_BUDGET),
+        judge_work: limits
+            .schema_judge_work
+            .saturating_mul(TOOLS_SCHEMA_BUDGET as u64),
+        gbnf_bytes: MAX_SCHEMA_REGEX_BYTES * TOOLS_SCHEMA_BUDGET,
+    };
     for (i, item) in items.iter().enumerate() {
         let at = format!("tools[{i}]");
         let obj = item
@@ -213,14 +230,48 @@ pub fn parse_tools(v: Option<&Value>) -> Result<Vec<Tool>> {
                 )))
             }
         };
-        JsonSchema::compile(&parameters, "tools").map_err(|e| e.with_param("tools"))?;
+        // This tool's limits: the request's, less what the tools before it took.
+        let this = Limits {
+            schema_expansion: limits.schema_expansion.min(left.visits),
+            schema_judge_work: limits.schema_judge_work.min(left.judge_work),
+            ..*limits
+        };
+        let shared = |e: Error| {
+            if e.is_limit_exceeded() && i > 0 {
+                Error::limit_exceeded(format!(
+                    "{at}: {} (the request's tools share {TOOLS_SCHEMA_BUDGET} schemas' budget; tools[0..{i}] took the rest)",
+                    e.message()
+                ))
+                .with_source(e)
+            } else {
+                e
+            }
+            .with_param("tools")
+        };
+        let (gbnf, work) = JsonSchema::gbnf_within(&parameters, "tools", &this).map_err(shared)?;
+        left.visits = left.visits.saturating_sub(work.visits);
+        left.judge_work = left.judge_work.saturating_sub(work.judge_work);
+        left.gbnf_bytes = left.gbnf_bytes.checked_sub(gbnf.len()).ok_or_else(|| {
+            shared(Error::limit_exceeded(format!(
+                "{at}: the tools' parameter schemas render to more than {} bytes of grammar",
+                TOOLS_SCHEMA_BUDGET * MAX_SCHEMA_REGEX_BYTES
+            )))
+        })?;
         tools.push(Tool {
             name,
             description,
             parameters,
+            gbnf,
         });
     }
     Ok(tools)
+}
+
+/// What is left of one request's budget for its tools' schemas ([`TOOLS_SCHEMA_BUDGET`]).
+struct ToolsBudget {
+    visits: usize,
+    judge_work: u64,
+    gbnf_bytes: usize,
 }
 
 /// Reads `tool_choice`: absent or null → [`ToolChoice::Auto`] with tools, [`ToolChoice::None`]
@@ -324,9 +375,10 @@ impl Codec {
     /// (keys in sorted order, an optional space after `,` and `:`). `Required` allows any tool,
     /// `Function(n)` only `n`; `parallel` allows one or more calls separated by `\n`, otherwise
     /// exactly one. Each tool's schema rules are renamed with a `tK-` prefix so that they
-    /// coexist. The grammar is compiled here once to check it: a grammar over
-    /// [`MAX_GRAMMAR_BYTES`] or over the grammar engine's limits is a `limit_exceeded` error
-    /// naming `tools`. A tool with a few typed parameters costs ~300-500 bytes, so 16 KiB holds
+    /// coexist. The grammar is compiled here once to check it: a grammar over `limits`'
+    /// `grammar_bytes` ([`MAX_GRAMMAR_BYTES`](crate::limits::MAX_GRAMMAR_BYTES) by default) or over the grammar engine's limits
+    /// is a `limit_exceeded` error naming `tools`. A tool with a few typed parameters costs
+    /// ~300-500 bytes, so 16 KiB holds
     /// some 30-50 of them; a free-form arguments object (`{"type": "object"}`) costs ~2 KiB,
     /// so `Required` over more than ~7 such tools is refused.
     pub fn forced_grammar(
@@ -334,6 +386,7 @@ impl Codec {
         tools: &[Tool],
         choice: &ToolChoice,
         parallel: bool,
+        limits: &Limits,
     ) -> Result<Option<String>> {
         if !self.can_force() {
             return Ok(None);
@@ -352,9 +405,7 @@ impl Codec {
         let mut rules = String::new();
         for (i, tool) in chosen.iter().enumerate() {
             let prefix = format!("t{i}-");
-            let schema = JsonSchema::compile(&tool.parameters, "tools")
-                .map_err(|e| e.with_param("tools"))?;
-            rules.push_str(&prefix_rules(&schema.gbnf(), &prefix));
+            rules.push_str(&prefix_rules(&tool.gbnf, &prefix));
             let open = format!(
                 "{CHATML_OPEN}\n{{\"name\": \"{}\", \"arguments\": ",
                 tool.name
@@ -373,15 +424,16 @@ impl Codec {
             "root ::= call\n"
         };
         let text = format!("{root}call ::= {}\n{rules}", alts.join(" | "));
-        if text.len() > MAX_GRAMMAR_BYTES {
+        if text.len() > limits.grammar_bytes {
             return Err(Error::limit_exceeded(format!(
-                "tools: the grammar forcing a call to {} is {} bytes, over the {MAX_GRAMMAR_BYTES}-byte grammar limit",
+                "tools: the grammar forcing a call to {} is {} bytes, over the {}-byte grammar limit",
                 tool_list(&chosen),
-                text.len()
+                text.len(),
+                limits.grammar_bytes
             ))
             .with_param("tools"));
         }
-        if let Err(e) = crate::grammar::Grammar::new(&text) {
+        if let Err(e) = crate::grammar::Grammar::new_within(&text, limits.grammar_bytes) {
             let message = format!(
                 "tools: the grammar forcing a call to {} does not compile: {}",
                 tool_list(&chosen),
@@ -860,6 +912,7 @@ pub fn template_handles_tools(template: &str) -> bool {
 mod tests {
     use super::*;
     use crate::grammar::Grammar;
+    use crate::limits::MAX_GRAMMAR_BYTES;
 
     /// SmolLM2-135M-Instruct's template: plain ChatML, no tools.
     const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
@@ -1250,7 +1303,7 @@ mod tests {
     fn forced_grammar_accepts_exactly_valid_calls() {
         let t = tools();
         let text = Codec::ChatMl
-            .forced_grammar(&t, &ToolChoice::Required, false)
+            .forced_grammar(&t, &ToolChoice::Required, false, &Limits::DEFAULT)
             .unwrap()
             .unwrap();
         assert!(text.starts_with("root ::= "), "{text}");
@@ -1299,7 +1352,12 @@ mod tests {
 
         // A named function allows only that tool; parallel allows several calls.
         let only_add = Codec::ChatMl
-            .forced_grammar(&t, &ToolChoice::Function("add".into()), true)
+            .forced_grammar(
+                &t,
+                &ToolChoice::Function("add".into()),
+                true,
+                &Limits::DEFAULT,
+            )
             .unwrap()
             .unwrap();
         let g = Grammar::new(&only_add).unwrap();
@@ -1316,20 +1374,27 @@ mod tests {
         // Nothing forced: auto, none, and the codecs that cannot force.
         for choice in [ToolChoice::None, ToolChoice::Auto] {
             assert_eq!(
-                Codec::ChatMl.forced_grammar(&t, &choice, true).unwrap(),
+                Codec::ChatMl
+                    .forced_grammar(&t, &choice, true, &Limits::DEFAULT)
+                    .unwrap(),
                 None
             );
         }
         for codec in [Codec::Mistral, Codec::Llama3] {
             assert_eq!(
                 codec
-                    .forced_grammar(&t, &ToolChoice::Required, true)
+                    .forced_grammar(&t, &ToolChoice::Required, true, &Limits::DEFAULT)
                     .unwrap(),
                 None
             );
         }
         let e = Codec::ChatMl
-            .forced_grammar(&t, &ToolChoice::Function("mul".into()), false)
+            .forced_grammar(
+                &t,
+                &ToolChoice::Function("mul".into()),
+                false,
+                &Limits::DEFAULT,
+            )
             .unwrap_err();
         assert_eq!(e.param(), Some("tool_choice"));
     }
@@ -1342,14 +1407,19 @@ mod tests {
             .collect();
         let t = parse_tools(Some(&Value::from(many))).unwrap();
         let e = Codec::ChatMl
-            .forced_grammar(&t, &ToolChoice::Required, false)
+            .forced_grammar(&t, &ToolChoice::Required, false, &Limits::DEFAULT)
             .unwrap_err();
         assert!(e.is_limit_exceeded(), "{e}");
         assert_eq!(e.param(), Some("tools"));
         assert!(e.message().contains("16384-byte"), "{e}");
         // One of them alone fits.
         assert!(Codec::ChatMl
-            .forced_grammar(&t, &ToolChoice::Function("f7".into()), false)
+            .forced_grammar(
+                &t,
+                &ToolChoice::Function("f7".into()),
+                false,
+                &Limits::DEFAULT
+            )
             .unwrap()
             .is_some());
     }
@@ -1413,7 +1483,7 @@ mod tests {
     fn forced_output_round_trips_through_parse() {
         let t = tools();
         let text = Codec::ChatMl
-            .forced_grammar(&t, &ToolChoice::Required, true)
+            .forced_grammar(&t, &ToolChoice::Required, true, &Limits::DEFAULT)
             .unwrap()
             .unwrap();
         let g = Grammar::new(&text).unwrap();

@@ -134,6 +134,15 @@ use std::collections::BTreeSet;
 /// assert!(!dfa.matches(br#"{"name":"Bel"}"#));
 /// assert!(compiled.gbnf().starts_with("root ::= "));
 /// ```
+/// What one schema's compile took of [`Limits`]' budgets ([`JsonSchema::gbnf_within`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchemaWork {
+    /// Subschemas visited ([`Limits::schema_expansion`]'s unit).
+    pub visits: usize,
+    /// `enum`/`const` judge work ([`Limits::schema_judge_work`]'s unit).
+    pub judge_work: u64,
+}
+
 #[derive(Debug, Clone)]
 pub struct JsonSchema {
     node: Node,
@@ -213,6 +222,51 @@ impl JsonSchema {
             }
         }
         Err(last_error.expect("a failed compilation has an error"))
+    }
+
+    /// The schema's GBNF rules (entry `root`, as [`JsonSchema::gbnf`]) without building an
+    /// automaton, and the work they took: for a schema that is one part of a larger grammar
+    /// (a tool's parameters under a forced call), which is compiled once, whole, under the
+    /// grammar's limits. The caller adds up the work of several schemas read from one request
+    /// (up to 128 tools) against that request's budget. The rules are bounded as
+    /// [`JsonSchema::compile`]'s regex is, by [`MAX_SCHEMA_REGEX_BYTES`], rendered under that
+    /// bound first.
+    pub fn gbnf_within(
+        schema: &Value,
+        field: &str,
+        limits: &Limits,
+    ) -> Result<(String, SchemaWork)> {
+        let text = schema.to_string();
+        check_size(field, text.len(), limits.schema_bytes)?;
+        let shown = quote(&text);
+        let mut work = SchemaWork::default();
+        let mut last_error = None;
+        for depth in [FREE_FORM_DEPTH, 1] {
+            let mut c = Compiler::new(schema, depth, *limits);
+            let node = c.schema(schema);
+            work.visits += c.visits;
+            work.judge_work += limits.schema_judge_work - c.judge_fuel;
+            let node = node.map_err(|e| e.into_error(field, &shown))?;
+            if node == Node::Nothing {
+                return Err(Error::invalid_input(format!(
+                    "{field} {shown} allows no value the compiler can emit"
+                ))
+                .with_param(field));
+            }
+            if node.to_regex(MAX_SCHEMA_REGEX_BYTES).is_ok() {
+                return Ok((node.to_gbnf(), work));
+            }
+            last_error = Some(
+                Error::limit_exceeded(format!(
+                    "{field} {shown} compiles to a grammar over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
+                ))
+                .with_param(field),
+            );
+            if !c.any_cache.iter().any(Option::is_some) {
+                break;
+            }
+        }
+        Err(last_error.expect("a failed rendering has an error"))
     }
 
     /// The regex (bounded) and the DFA. A DFA past [`AUTOMATON_BYTES`] returns the regex

@@ -23,6 +23,7 @@ use wasm_bindgen::prelude::*;
 use super::to_js_error;
 use crate::constraint::{Constraint as CoreConstraint, Matcher as CoreMatcher, Spec};
 use crate::error::Error;
+use crate::limits::Limits;
 use crate::mask::{check_mask_len, words_for};
 use crate::vocab::{TokenId, Vocabulary as CoreVocabulary};
 
@@ -157,19 +158,29 @@ pub struct Constraint {
 impl Constraint {
     /// Compiles the constraint an OpenAI chat or completions request body carries
     /// (`guided_choice`, `guided_regex`, ...) for `vocab`; `undefined` when the request does
-    /// not constrain its output. Errors are 400s naming the request field.
+    /// not constrain its output. Errors are 400s naming the request field. `limits` (JSON
+    /// text, `{"schema_bytes": 8192}`) tightens the defaults of [`Limits`] for this compile.
     #[wasm_bindgen(js_name = fromRequest)]
-    pub fn from_request(vocab: &Vocabulary, request: &str) -> Result<Option<Constraint>, JsValue> {
+    pub fn from_request(
+        vocab: &Vocabulary,
+        request: &str,
+        limits: Option<String>,
+    ) -> Result<Option<Constraint>, JsValue> {
+        let limits = match limits {
+            Some(text) => Limits::from_json_text(&text).map_err(to_js_error)?,
+            None => Limits::DEFAULT,
+        };
         let body: serde_json::Value = serde_json::from_str(request).map_err(|e| {
             to_js_error(
                 Error::invalid_input(format!("the request body is not valid JSON: {e}"))
                     .with_source(e),
             )
         })?;
-        let Some(spec) = Spec::from_request(&body).map_err(to_js_error)? else {
+        let Some(spec) = Spec::from_request_with(&body, &limits).map_err(to_js_error)? else {
             return Ok(None);
         };
-        let inner = CoreConstraint::from_spec(&spec, vocab.inner.clone()).map_err(to_js_error)?;
+        let inner = CoreConstraint::from_spec_with(&spec, vocab.inner.clone(), &limits)
+            .map_err(to_js_error)?;
         Ok(Some(Constraint {
             inner: Arc::new(inner),
             kind: spec.kind(),

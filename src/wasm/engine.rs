@@ -331,11 +331,18 @@ async fn select_backend(inner: Rc<RefCell<Inner>>, want: &str) -> Result<()> {
 impl LocalEngine {
     /// Parses a GGUF model onto the CPU backend (`bytes` is consumed; the weights stay where
     /// they are); [`LocalEngine::select_backend`] may move it to the GPU.
-    pub fn parse(bytes: ModelBytes) -> Result<LocalEngine, JsValue> {
-        Self::parse_inner(bytes.bytes).map_err(to_js_error)
+    /// `limits` (JSON text, `{"schema_bytes": 8192}`) tightens the defaults of
+    /// [`Limits`](crate::limits::Limits) for every request this engine reads.
+    pub fn parse(bytes: ModelBytes, limits: Option<String>) -> Result<LocalEngine, JsValue> {
+        Self::parse_inner(bytes.bytes, limits.as_deref()).map_err(to_js_error)
     }
 
-    fn parse_inner(bytes: Vec<u8>) -> Result<LocalEngine> {
+    fn parse_inner(bytes: Vec<u8>, limits: Option<&str>) -> Result<LocalEngine> {
+        // Read first: a bad option fails before the model is.
+        let limits = match limits {
+            Some(text) => crate::limits::Limits::from_json_text(text)?,
+            None => crate::limits::Limits::DEFAULT,
+        };
         if let Some(e) = not_gguf(&bytes) {
             return Err(e);
         }
@@ -350,7 +357,10 @@ impl LocalEngine {
                 .and_then(crate::gguf::Value::as_str)
                 .unwrap_or("")
                 .to_owned();
-            (ApiEngine::from_gguf(&gguf)?, architecture)
+            (
+                ApiEngine::from_gguf(&gguf)?.with_limits(limits),
+                architecture,
+            )
         };
         let cpu = Model::from_gguf_bytes(bytes)?;
         let info = json!({

@@ -34,6 +34,16 @@ fn to_js_error(error: Error) -> JsValue {
     js.into()
 }
 
+/// Reads a `limits` option (JSON text naming fields of [`crate::limits::Limits`], each only
+/// lowered): an error naming `limits` when it is not one. The engine checks it before it
+/// reads a model, so a bad option fails before a download.
+#[wasm_bindgen(js_name = checkLimits)]
+pub fn check_limits(text: &str) -> Result<(), JsValue> {
+    crate::limits::Limits::from_json_text(text)
+        .map(|_| ())
+        .map_err(to_js_error)
+}
+
 /// Installs a panic hook that reports the panic message on the console, once, at load.
 #[wasm_bindgen(start)]
 fn start() {

@@ -279,3 +279,31 @@ test("validation errors carry the exact text, status, code and param", async () 
   v.free();
   await rejectsExactly(() => compileConstraint({ vocabulary: v, request: { guided_regex: "a" } }), bad("this vocabulary was freed"));
 });
+
+test("limits tighten one compile's bounds; a bad limits option is a 400 naming limits", async () => {
+  const vocabulary = { tokens: ["a", "b", "<eos>"], eos: [2] };
+  const limits = { regex_bytes: 8, schema_depth: 2 };
+  const fits = await compileConstraint({ vocabulary, request: { guided_regex: "a{1,8}b" }, limits });
+  fits.free();
+  await rejectsExactly(() => compileConstraint({ vocabulary, request: { guided_regex: "a{1,80}b?" }, limits }), {
+    message: "guided_regex `a{1,80}b?` is 9 bytes, over the 8-byte limit",
+    code: "limit_exceeded",
+    param: "guided_regex",
+    status: 400,
+  });
+  // The same regex under the defaults compiles: the limit was this call's.
+  (await compileConstraint({ vocabulary, request: { guided_regex: "a{1,80}b?" } })).free();
+  const deep = { type: "object", properties: { a: { type: "object", properties: { b: { type: "array", items: { type: "integer" } } } } } };
+  (await compileConstraint({ vocabulary, request: { guided_json: deep } })).free();
+  await assert.rejects(
+    () => compileConstraint({ vocabulary, request: { guided_json: deep }, limits }),
+    (e) => e.code === "limit_exceeded" && e.param === "guided_json" && /nest/.test(e.message),
+  );
+  const bad = (message) => ({ message, code: "invalid_input", param: "limits", status: 400 });
+  await rejectsExactly(() => compileConstraint({ vocabulary, request: {}, limits: { regex_bytes: 1 << 20 } }),
+    bad("limits: `regex_bytes` must be an integer from 1 to its default, 4096"));
+  await rejectsExactly(() => compileConstraint({ vocabulary, request: {}, limits: { regex_byte: 8 } }),
+    bad("limits: unknown limit `regex_byte` (known: regex_bytes, grammar_bytes, schema_bytes, schema_expansion, schema_judge_work, schema_depth, one_of_pairs)"));
+  await rejectsExactly(() => compileConstraint({ vocabulary, request: {}, limits: [8] }),
+    bad("limits must be an object of limit names and numbers, got [8]"));
+});

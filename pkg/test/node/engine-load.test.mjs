@@ -241,3 +241,21 @@ function tinyGguf(metadata) {
   }
   return new Uint8Array(Buffer.concat(parts));
 }
+
+test("limits tighten what every request of the engine may compile; a bad one fails before the model is read", async () => {
+  const engine = await createEngine({ model: file, wasm: WASM, backend: "cpu", limits: { schema_bytes: 64 } });
+  const schema = { type: "object", properties: { name: { type: "string", maxLength: 20 }, age: { type: "integer" } }, required: ["name", "age"] };
+  const err = await rejection(engine.chat.completions.create({ messages: [{ role: "user", content: "hi" }], max_tokens: 4, guided_json: schema }));
+  assert.equal(err.code, "limit_exceeded");
+  assert.equal(err.param, "guided_json");
+  assert.match(err.message, /over the 64-byte limit/);
+  // Within the tightened bound a request still runs.
+  const reply = await engine.completions.create({ prompt: "yes or no:", guided_choice: ["yes", "no"] });
+  assert.ok(["yes", "no"].includes(reply.choices[0].text));
+  await engine.unload();
+  // Checked before the download: the URL is never fetched (it would fail with ECONNREFUSED).
+  const bad = await rejection(createEngine({ model: "http://127.0.0.1:1/model.gguf", wasm: WASM, limits: { schema_bytes: 0 } }));
+  assert.equal(bad.code, "invalid_input");
+  assert.equal(bad.param, "limits");
+  assert.equal(bad.message, "limits: `schema_bytes` must be an integer from 1 to its default, 16384");
+});

@@ -229,13 +229,7 @@ pub(super) fn serve(rest: &[String]) -> Result<ExitCode, Failure> {
     // own a model that borrows them.
     let file: &'static [u8] = Box::leak(read(opts.required("model")?)?.into_boxed_slice());
     let limits = match opts.values.get("limits") {
-        Some(text) => {
-            let overrides = serde_json::from_str(text).map_err(|e| {
-                poot::Error::invalid_input(format!("--limits is not JSON: {e}"))
-                    .with_param("limits")
-            })?;
-            poot::limits::Limits::DEFAULT.tightened(&overrides)?
-        }
+        Some(text) => poot::limits::Limits::from_json_text(text)?,
         None => poot::limits::Limits::DEFAULT,
     };
     let engine = Arc::new(Engine::from_gguf(&Gguf::parse(file)?)?.with_limits(limits));
