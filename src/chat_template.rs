@@ -4,10 +4,12 @@
 //! (`messages`, `tools`, `add_generation_prompt`, `bos_token`, `eos_token`), the function
 //! `raise_exception` and the filter `tojson`. A template comes from the model file, so it is
 //! untrusted: rendering is bounded by minijinja's fuel ([`TEMPLATE_FUEL`]: instructions, and
-//! the bytes of every value a template makes) and its recursion limit instead of a clock, and
-//! the rendered text and each `tojson` result by [`MAX_TEMPLATE_OUTPUT_BYTES`]: the output goes
-//! to a writer that fails past the bound, so `{% for i in range(100000) %}{{ "x" * 100000 }}`
-//! stops at 4 MiB. Running out of either is a `limit_exceeded` error naming the chat template
+//! the bytes of every value a template makes and writes) and its recursion limit instead of a
+//! clock; every string a template makes, each `tojson` result and the rendered text by
+//! [`MAX_TEMPLATE_OUTPUT_BYTES`], and every list made by `+` or `*` by 100,000 items, each
+//! checked before the value is made: `+`, `~` and `*` are compiled to calls of size-checking
+//! functions of ours ([`compile_guarded`]), because minijinja 3.1.0 makes lazy lists of any
+//! length for free. Running out of any is a `limit_exceeded` error naming the chat template
 //! and the limit; any other failure is an `invalid_input` error naming the template's failure.
 //!
 //! `tojson` is Hugging Face's, not Jinja's: Python `json.dumps` with `ensure_ascii=False`, so
@@ -18,8 +20,13 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use minijinja::machinery::{self, Instruction};
+use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Kwargs, ValueKind};
-use minijinja::{Environment, State, Value};
+use minijinja::{AutoEscape, Environment, State, Value};
 
 use crate::error::{Error, Result};
 use crate::limits::MAX_TEMPLATE_OUTPUT_BYTES;
@@ -96,22 +103,178 @@ pub fn render_chat(
     );
     ctx.insert("bos_token".to_string(), Value::from(bos_token));
     ctx.insert("eos_token".to_string(), Value::from(eos_token));
-    let mut out = BoundedWriter {
-        bytes: Vec::new(),
-        limit: MAX_TEMPLATE_OUTPUT_BYTES,
-        exceeded: false,
-    };
-    let result = env
-        .template_from_str(template)
-        .and_then(|tmpl| tmpl.render_captured_to(Value::from(ctx), &mut out));
+    let mut rendered = String::new();
+    let result = compile_guarded(template).and_then(|(instructions, blocks)| {
+        machinery::eval(
+            &env,
+            &instructions,
+            Value::from(ctx),
+            &blocks,
+            &mut machinery::make_string_output(&mut rendered),
+            AutoEscape::None,
+        )
+        .map(|_| ())
+    });
     match result {
-        Ok(_) => String::from_utf8(out.bytes).map_err(|e| {
-            Error::invalid_input(format!("chat template: rendered invalid UTF-8: {e}"))
-                .with_param("messages")
-        }),
-        Err(_) if out.exceeded => Err(output_limit_error("its output")),
+        // The output is counted as fuel while it is written (64 bytes a unit: at most 64 MB
+        // under TEMPLATE_FUEL), and held to the tighter output bound here.
+        Ok(()) if rendered.len() > MAX_TEMPLATE_OUTPUT_BYTES => {
+            Err(output_limit_error("its output"))
+        }
+        Ok(()) => Ok(rendered),
         Err(e) => Err(template_error(e)),
     }
+}
+
+/// The name templates are compiled under (it appears in minijinja's error messages).
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// The functions `+`, `~` and `*` call instead of minijinja's operators ([`compile_guarded`]).
+const GUARDED_ADD: &str = "__poot_add";
+const GUARDED_CONCAT: &str = "__poot_concat";
+const GUARDED_MUL: &str = "__poot_mul";
+
+/// Compiles `source` as minijinja does, then replaces each `+`, `~` and `*` with a call of a
+/// function of ours that checks the size of the result before the operator makes it. One
+/// instruction each way (two operands in, one value out), so every jump still lands where it
+/// did. minijinja 3.1.0 charges fuel for neither a lazy list's length nor materializing one:
+/// doubling a list 33 times (`l + l`) copied 2^33 values, and `([1] * 99999999) ~ ''`
+/// formatted 10^8 items (13 s, 591 MB) before any bound was checked.
+#[allow(clippy::type_complexity)]
+fn compile_guarded(
+    source: &str,
+) -> std::result::Result<
+    (
+        machinery::Instructions<'_>,
+        BTreeMap<&str, machinery::Instructions<'_>>,
+    ),
+    minijinja::Error,
+> {
+    let ast = machinery::parse(source, TEMPLATE_NAME, SyntaxConfig::default())?;
+    let mut generator = machinery::CodeGenerator::new(TEMPLATE_NAME, source);
+    generator.compile_stmt(&ast);
+    let (mut instructions, mut blocks) = generator.finish();
+    for code in std::iter::once(&mut instructions).chain(blocks.values_mut()) {
+        let mut at = 0;
+        while let Some(instruction) = code.get_mut(at) {
+            let guard = match instruction {
+                Instruction::Add => GUARDED_ADD,
+                Instruction::StringConcat => GUARDED_CONCAT,
+                Instruction::Mul => GUARDED_MUL,
+                _ => "",
+            };
+            if !guard.is_empty() {
+                *instruction = Instruction::CallFunction(guard, Some(2));
+            }
+            at += 1;
+        }
+    }
+    Ok((instructions, blocks))
+}
+
+/// Most items a list made by `+` or `*` may hold: `range`'s bound, [`MAX_RANGE_ITEMS`].
+const MAX_LIST_ITEMS: usize = MAX_RANGE_ITEMS;
+
+/// minijinja's own operators, for the operands the guards let through: compiled once, in an
+/// environment of their own (whose operators are not guarded, and which has no fuel: the
+/// guard has bounded the result and charged for it).
+fn operator(which: &str) -> &'static minijinja::Expression<'static, 'static> {
+    static ENV: OnceLock<Environment<'static>> = OnceLock::new();
+    static OPS: OnceLock<[minijinja::Expression<'static, 'static>; 3]> = OnceLock::new();
+    let ops = OPS.get_or_init(|| {
+        let env = ENV.get_or_init(Environment::new);
+        ["a + b", "a ~ b", "a * b"].map(|text| {
+            env.compile_expression(text)
+                .expect("a binary operator compiles")
+        })
+    });
+    match which {
+        GUARDED_ADD => &ops[0],
+        GUARDED_CONCAT => &ops[1],
+        _ => &ops[2],
+    }
+}
+
+/// Applies minijinja's operator `which` to `a` and `b`.
+fn apply(which: &str, a: Value, b: Value) -> std::result::Result<Value, minijinja::Error> {
+    let mut ctx = BTreeMap::new();
+    ctx.insert("a", a);
+    ctx.insert("b", b);
+    operator(which).eval(Value::from(ctx))
+}
+
+/// A list's length, for a sequence or an iterable that knows it (a lazy list does).
+fn list_len(v: &Value) -> Option<usize> {
+    matches!(v.kind(), ValueKind::Seq | ValueKind::Iterable)
+        .then(|| v.len())
+        .flatten()
+}
+
+/// A string's length in bytes.
+fn text_len(v: &Value) -> Option<usize> {
+    match v.kind() {
+        ValueKind::String => v.as_str().map(str::len),
+        ValueKind::Bytes => v.as_bytes().map(<[u8]>::len),
+        _ => None,
+    }
+}
+
+fn too_large(what: &str) -> minijinja::Error {
+    minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, what.to_owned())
+}
+
+/// Charges fuel for the data an operator makes, at minijinja's rates (64 bytes, or two list
+/// slots, a unit), and fails past the bounds: a string past [`MAX_TEMPLATE_OUTPUT_BYTES`], a
+/// list past [`MAX_LIST_ITEMS`].
+fn charge(state: &State, bytes: usize, items: usize) -> std::result::Result<(), minijinja::Error> {
+    if bytes > MAX_TEMPLATE_OUTPUT_BYTES {
+        return Err(too_large(TEXT_TOO_LONG));
+    }
+    if items > MAX_LIST_ITEMS {
+        return Err(too_large(LIST_TOO_LONG));
+    }
+    state.consume_fuel((bytes / 64 + items / 2) as u64)
+}
+
+/// `a + b`, with the result's size checked first.
+fn guarded_add(state: &State, a: Value, b: Value) -> std::result::Result<Value, minijinja::Error> {
+    if let (Some(x), Some(y)) = (text_len(&a), text_len(&b)) {
+        charge(state, x.saturating_add(y), 0)?;
+    } else if let (Some(x), Some(y)) = (list_len(&a), list_len(&b)) {
+        charge(state, 0, x.saturating_add(y))?;
+    }
+    apply(GUARDED_ADD, a, b)
+}
+
+/// `a ~ b`: both operands' text sizes checked (a list's without formatting it) first.
+fn guarded_concat(
+    state: &State,
+    a: Value,
+    b: Value,
+) -> std::result::Result<Value, minijinja::Error> {
+    check_text_size(&a)?;
+    check_text_size(&b)?;
+    let bytes = text_len(&a)
+        .unwrap_or(0)
+        .saturating_add(text_len(&b).unwrap_or(0));
+    charge(state, bytes, 0)?;
+    apply(GUARDED_CONCAT, a, b)
+}
+
+/// `a * b`: a string or list repeated, with the result's size checked first.
+fn guarded_mul(state: &State, a: Value, b: Value) -> std::result::Result<Value, minijinja::Error> {
+    let (repeated, times) = if a.kind() == ValueKind::Number {
+        (&b, &a)
+    } else {
+        (&a, &b)
+    };
+    let times = times.as_usize().unwrap_or(0);
+    if let Some(n) = text_len(repeated) {
+        charge(state, n.saturating_mul(times), 0)?;
+    } else if let Some(n) = list_len(repeated) {
+        charge(state, 0, n.saturating_mul(times))?;
+    }
+    apply(GUARDED_MUL, a, b)
 }
 
 /// The error of a failed render: a limit when the template ran out of fuel or made a
@@ -125,6 +288,13 @@ fn template_error(e: minijinja::Error) -> Error {
         )),
         _ if e.detail() == Some(TOJSON_TOO_LONG) => Some(output_limit_message("a tojson result")),
         _ if e.detail() == Some(TEXT_TOO_LONG) => Some(output_limit_message("a value as text")),
+        _ if e.detail() == Some(OUTPUT_TOO_LONG) => Some(output_limit_message(
+            "what it writes of its values (output and `{% set %}` blocks)",
+        )),
+        _ if e.detail() == Some(LIST_TOO_LONG) => Some(format!(
+            "chat template (tokenizer.chat_template): a list made by `+` or `*` is longer than \
+             the limit of {MAX_LIST_ITEMS} items"
+        )),
         _ => None,
     };
     match limit {
@@ -146,35 +316,20 @@ fn output_limit_error(what: &str) -> Error {
     Error::limit_exceeded(output_limit_message(what)).with_param("messages")
 }
 
-/// A template's output, failing once it would pass `limit` bytes (minijinja then ends the
-/// render with a write error, and `exceeded` says why).
-struct BoundedWriter {
-    bytes: Vec<u8>,
-    limit: usize,
-    exceeded: bool,
-}
-
-impl std::io::Write for BoundedWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if buf.len() > self.limit - self.bytes.len() {
-            self.exceeded = true;
-            return Err(std::io::Error::other("the chat template output limit"));
-        }
-        self.bytes.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The detail of the error `tojson` raises past [`MAX_TEMPLATE_OUTPUT_BYTES`].
 const TOJSON_TOO_LONG: &str = "tojson: the text would pass MAX_TEMPLATE_OUTPUT_BYTES";
 
 /// The detail of the error writing a value (or its `string` filter) raises when its text
 /// would pass [`MAX_TEMPLATE_OUTPUT_BYTES`].
 const TEXT_TOO_LONG: &str = "the value's text would pass MAX_TEMPLATE_OUTPUT_BYTES";
+
+/// The detail of the error writing a value raises when the render's output would pass
+/// [`MAX_TEMPLATE_OUTPUT_BYTES`].
+const OUTPUT_TOO_LONG: &str = "the output would pass MAX_TEMPLATE_OUTPUT_BYTES";
+
+/// The detail of the error `+` or `*` raises when the list it would make is longer than
+/// [`MAX_LIST_ITEMS`].
+const LIST_TOO_LONG: &str = "the list would pass 100,000 items";
 
 /// The one environment every render uses: fuel, `raise_exception`, Hugging Face's `tojson`.
 fn environment() -> Environment<'static> {
@@ -191,12 +346,28 @@ fn environment() -> Environment<'static> {
     );
     env.add_filter("tojson", tojson_filter);
     env.add_function("range", range_function);
+    env.add_function(GUARDED_ADD, guarded_add);
+    env.add_function(GUARDED_CONCAT, guarded_concat);
+    env.add_function(GUARDED_MUL, guarded_mul);
     // A list made lazily (`[1] * 99999999`, or doubled by `+`) costs no fuel until it is
     // written; writing it is checked against the output bound first, by its size, so a list too
     // long to fit fails at once instead of after seconds of formatting.
-    env.set_formatter(|out, state, value| {
+    //
+    // The formatter also counts what the render writes of its values (captured `{% set %}`
+    // blocks too), so a loop of values stops at the output bound, not at the fuel's (64 bytes
+    // a unit: ~64 MB of text). Raw
+    // template text is counted by the fuel alone, and the whole output is held to the bound
+    // when the render ends.
+    let written = Arc::new(AtomicUsize::new(0));
+    env.set_formatter(move |out, state, value| {
         check_text_size(value)?;
-        minijinja::escape_formatter(out, state, value)
+        let mut text = String::new();
+        minijinja::escape_formatter(&mut machinery::make_string_output(&mut text), state, value)?;
+        let total = written.fetch_add(text.len(), Ordering::Relaxed) + text.len();
+        if total > MAX_TEMPLATE_OUTPUT_BYTES {
+            return Err(too_large(OUTPUT_TOO_LONG));
+        }
+        out.write_str(&text).map_err(|_| too_large(OUTPUT_TOO_LONG))
     });
     env.add_filter(
         "string",

@@ -520,17 +520,17 @@ fn expr(rng: &mut Rng, depth: usize) -> String {
     match rng.below(6) {
         0 => format!("({a} ~ {})", expr(rng, depth - 1)),
         1 => format!("({a} + {})", expr(rng, depth - 1)),
-        // Repetition by large counts only of string literals (in ATOMS): a list repeated
-        // lazily to 10^8 items and then joined with `~` is a known gap (KNOWN_GAPS.md).
-        2 => format!("({a} * {})", ["2", "3", "'q'"][rng.below(3)]),
+        2 => format!(
+            "({a} * {})",
+            ["2", "3", "'q'", "99999", "99999999"][rng.below(5)]
+        ),
         3 => format!("{a}[{}]", ["0", "-1", "1:", "::-1", "'role'"][rng.below(5)]),
         _ => format!("({a} | {})", FILTERS[rng.below(FILTERS.len())]),
     }
 }
 
-/// A statement sequence from a small grammar of Jinja constructs. Two constructs minijinja
-/// 3.1 does not bound are left out (tests/data/fuzz/chat_template/KNOWN_GAPS.md): list
-/// self-concatenation (`ns.l + ns.l`) and repeating a list by a large count.
+/// A statement sequence from a small grammar of Jinja constructs, list self-concatenation
+/// (`ns.l + ns.l`, which doubles) and repeating a list by a large count among them.
 fn statements(rng: &mut Rng, depth: usize) -> String {
     let mut out = String::new();
     for _ in 0..1 + rng.below(3) {
@@ -538,7 +538,8 @@ fn statements(rng: &mut Rng, depth: usize) -> String {
         let s = match rng.below(if depth == 0 { 4 } else { 9 }) {
             0 => format!("{{{{ {e} }}}}"),
             1 => format!("{{% set v = {e} %}}{{{{ v }}}}"),
-            2 => format!("{{% set ns.x = (ns.x ~ {e}) %}}"),
+            2 if rng.chance(0.5) => format!("{{% set ns.x = (ns.x ~ {e}) %}}"),
+            2 => "{% set ns.l = ns.l + ns.l %}".to_string(),
             3 => [
                 "text ",
                 "{{ raise_exception('no') }}",
