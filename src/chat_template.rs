@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use minijinja::machinery::{self, Instruction};
+use minijinja::machinery::{self, ast, Instruction};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{AutoEscape, Environment, State, Value};
@@ -151,6 +151,7 @@ fn compile_guarded(
     minijinja::Error,
 > {
     let ast = machinery::parse(source, TEMPLATE_NAME, SyntaxConfig::default())?;
+    check_constants(&ast)?;
     let mut generator = machinery::CodeGenerator::new(TEMPLATE_NAME, source);
     generator.compile_stmt(&ast);
     let (mut instructions, mut blocks) = generator.finish();
@@ -170,6 +171,163 @@ fn compile_guarded(
         }
     }
     Ok((instructions, blocks))
+}
+
+/// Fails when a constant expression would make a list longer than [`MAX_LIST_ITEMS`]: minijinja's
+/// code generator evaluates an operator on two constants while compiling (`as_const`), before
+/// any guard of ours runs, and a lazy list's size is free to it, so `([1] * 99999999) ~ ''`
+/// formatted 10^8 items at compile time (10 s). The sizes are computed here from the parsed
+/// template without making anything; every expression of every statement is visited once
+/// (macros, blocks and imports are compiled out: minijinja's `macros` and `multi_template`
+/// features are off).
+fn check_constants(template: &ast::Stmt) -> std::result::Result<(), minijinja::Error> {
+    fn stmts(list: &[ast::Stmt]) -> std::result::Result<(), minijinja::Error> {
+        list.iter().try_for_each(stmt)
+    }
+    fn stmt(s: &ast::Stmt) -> std::result::Result<(), minijinja::Error> {
+        use ast::Stmt as S;
+        match s {
+            S::Template(t) => stmts(&t.children),
+            S::EmitExpr(e) => expr(&e.expr),
+            S::EmitRaw(_) | S::Continue(_) | S::Break(_) => Ok(()),
+            S::ForLoop(f) => {
+                expr(&f.target)?;
+                expr(&f.iter)?;
+                f.filter_expr.as_ref().map_or(Ok(()), expr)?;
+                stmts(&f.body)?;
+                stmts(&f.else_body)
+            }
+            S::IfCond(i) => {
+                expr(&i.expr)?;
+                stmts(&i.true_body)?;
+                stmts(&i.false_body)
+            }
+            S::WithBlock(w) => {
+                for (target, value) in &w.assignments {
+                    expr(target)?;
+                    expr(value)?;
+                }
+                stmts(&w.body)
+            }
+            S::Set(set) => {
+                expr(&set.target)?;
+                expr(&set.expr)
+            }
+            S::SetBlock(b) => {
+                expr(&b.target)?;
+                b.filter.as_ref().map_or(Ok(()), expr)?;
+                stmts(&b.body)
+            }
+            S::AutoEscape(a) => {
+                expr(&a.enabled)?;
+                stmts(&a.body)
+            }
+            S::FilterBlock(f) => {
+                expr(&f.filter)?;
+                stmts(&f.body)
+            }
+            S::Do(d) => call(&d.call),
+        }
+    }
+    fn call(c: &ast::Call) -> std::result::Result<(), minijinja::Error> {
+        expr(&c.expr)?;
+        args(&c.args)
+    }
+    fn args(list: &[ast::CallArg]) -> std::result::Result<(), minijinja::Error> {
+        list.iter().try_for_each(|a| match a {
+            ast::CallArg::Pos(e)
+            | ast::CallArg::Kwarg(_, e)
+            | ast::CallArg::PosSplat(e)
+            | ast::CallArg::KwargSplat(e) => expr(e),
+        })
+    }
+    fn expr(e: &ast::Expr) -> std::result::Result<(), minijinja::Error> {
+        use ast::Expr as E;
+        match e {
+            E::Var(_) | E::Const(_) => Ok(()),
+            E::Slice(s) => {
+                expr(&s.expr)?;
+                [&s.start, &s.stop, &s.step]
+                    .into_iter()
+                    .flatten()
+                    .try_for_each(expr)
+            }
+            E::UnaryOp(u) => expr(&u.expr),
+            E::BinOp(b) => {
+                if const_items(e).is_some_and(|n| n > MAX_LIST_ITEMS as u128) {
+                    return Err(too_large(LIST_TOO_LONG));
+                }
+                expr(&b.left)?;
+                expr(&b.right)
+            }
+            E::Compare(c) => {
+                expr(&c.expr)?;
+                c.ops.iter().try_for_each(|op| expr(&op.expr))
+            }
+            E::IfExpr(i) => {
+                expr(&i.test_expr)?;
+                expr(&i.true_expr)?;
+                i.false_expr.as_ref().map_or(Ok(()), expr)
+            }
+            E::Filter(f) => {
+                f.expr.as_ref().map_or(Ok(()), expr)?;
+                args(&f.args)
+            }
+            E::Test(t) => {
+                expr(&t.expr)?;
+                args(&t.args)
+            }
+            E::GetAttr(g) => expr(&g.expr),
+            E::GetItem(g) => {
+                expr(&g.expr)?;
+                expr(&g.subscript_expr)
+            }
+            E::Call(c) => call(c),
+            E::List(l) => l.items.iter().try_for_each(expr),
+            E::Tuple(t) => t.items.iter().try_for_each(expr),
+            E::Map(m) => m.keys.iter().chain(&m.values).try_for_each(expr),
+        }
+    }
+    stmt(template)
+}
+
+/// The items of the list a constant expression makes (as the code generator would fold it),
+/// counted without making it; `None` when it is not a constant list. A constant whose size
+/// cannot be told (a repetition count that is itself computed) counts as unbounded.
+fn const_items(e: &ast::Expr) -> Option<u128> {
+    use ast::{BinOpKind, Expr as E};
+    // A list literal folds only when every item is a literal constant.
+    let literal_list = |items: &[E]| {
+        items
+            .iter()
+            .all(|i| matches!(i, E::Const(_)))
+            .then_some(items.len() as u128)
+    };
+    let int = |e: &E| match e {
+        E::Const(c) => c.value.as_i64().map(|n| n.max(0) as u128),
+        // A computed constant count (`10 ** 8`): assume the worst.
+        E::BinOp(_) | E::UnaryOp(_) => Some(u128::MAX),
+        _ => None,
+    };
+    match e {
+        E::List(l) => literal_list(&l.items),
+        E::Tuple(t) => literal_list(&t.items),
+        E::BinOp(b) => match b.op {
+            BinOpKind::Mul => match (const_items(&b.left), const_items(&b.right)) {
+                (Some(n), None) => int(&b.right).map(|k| n.saturating_mul(k)),
+                (None, Some(n)) => int(&b.left).map(|k| n.saturating_mul(k)),
+                _ => None,
+            },
+            BinOpKind::Add => Some(const_items(&b.left)?.saturating_add(const_items(&b.right)?)),
+            // `~` formats a list: its items count as the list's.
+            BinOpKind::Concat => match (const_items(&b.left), const_items(&b.right)) {
+                (None, None) => None,
+                (l, r) => Some(l.unwrap_or(0).saturating_add(r.unwrap_or(0))),
+            },
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Most items a list made by `+` or `*` may hold: `range`'s bound, [`MAX_RANGE_ITEMS`].

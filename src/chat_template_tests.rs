@@ -248,8 +248,12 @@ fn templates_that_make_too_much_text_are_limit_errors() {
     for (template, bound) in [
         ("{% set ns = namespace(x='x') %}{% for i in range(40) %}{% set ns.x = ns.x ~ ns.x %}{% endfor %}{{ ns.x | length }}", "MAX_TEMPLATE_OUTPUT_BYTES"),
         ("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l | length }}", "100000 items"),
-        ("{% set l = [1] * 99999999 %}{{ l ~ '' }}", "MAX_TEMPLATE_OUTPUT_BYTES"),
+        ("{% set l = [1] * 99999999 %}{{ l ~ '' }}", "100000 items"),
         ("{% set l = [1] * 99999 %}{% set m = [l] * 99999 %}{{ m ~ '' }}", "MAX_TEMPLATE_OUTPUT_BYTES"),
+        // Folded while compiling, before any instruction runs: sized from the parsed template.
+        ("{{ ([1] * 99999999) ~ '' }}", "100000 items"),
+        ("{{ ([1, 2] * 10 ** 8) | length }}", "100000 items"),
+        ("{{ ((([1] * 50000) + [1] * 50000) + [1]) ~ '' }}", "100000 items"),
         ("{{ range(10000) | join('x' * 10000) }}", "TEMPLATE_FUEL"),
         ("{% for i in range(100000) %}{% set x %}{{ 'y' * 10000 }}{% endset %}{% endfor %}", "MAX_TEMPLATE_OUTPUT_BYTES"),
     ] {
@@ -280,20 +284,24 @@ fn templates_that_make_too_much_text_are_limit_errors() {
     assert!(timed("{{ range(100001) }}").0.is_err());
     assert!(timed("{{ range(1, 5, 0) }}").0.is_err());
 
-    // A lazy list of 10^8 items costs no fuel until it is written; writing it, or its
-    // `string` or `tojson`, is refused at once by its size or by fuel per value.
+    // A lazy list of 10^10 values (99,999 references to one list of 99,999) costs no fuel
+    // until it is written; writing it, or its `string` or `tojson`, is refused at once by its
+    // size or by fuel per value.
     for (template, limit) in [
-        ("{% set l = [1] * 99999999 %}{{ l }}", "a value as text"),
         (
-            "{% set l = [1] * 99999999 %}{{ [l, 1] }}",
+            "{% set l = [range(99999) | list] * 99999 %}{{ l }}",
             "a value as text",
         ),
         (
-            "{% set l = [1] * 99999999 %}{{ l | string }}",
+            "{% set l = [range(99999) | list] * 99999 %}{{ [l, 1] }}",
             "a value as text",
         ),
         (
-            "{% set l = [1] * 99999999 %}{{ l | tojson }}",
+            "{% set l = [range(99999) | list] * 99999 %}{{ l | string }}",
+            "a value as text",
+        ),
+        (
+            "{% set l = [range(99999) | list] * 99999 %}{{ l | tojson }}",
             "TEMPLATE_FUEL",
         ),
     ] {
