@@ -130,3 +130,26 @@ test("a worker that dies ends every pending call and open stream with worker_fai
   assert.deepEqual(out.missing, dead("the engine's worker failed: it could not load its script or threw an uncaught error"));
   assert.deepEqual(errors.filter((e) => !e.includes("boom in the worker") && !e.includes("status of 404")), []);
 });
+
+test("limits cross to the worker's engine: a request past a tightened bound is its 400, one within it runs", { timeout: 5 * 60_000 }, async () => {
+  const { page, errors } = await env.open();
+  const out = await page.evaluate(async () => {
+    const { createWorkerEngine } = await import("/pkg/dist/index.js");
+    const worker = new Worker("/pkg/test/browser/pages/engine-worker.js", { type: "module" });
+    const fail = (e) => ({ code: e.code, param: e.param, status: e.status, message: e.message });
+    const other = new Worker("/pkg/test/browser/pages/engine-worker.js", { type: "module" });
+    const bad = await createWorkerEngine(other, { model: "/model.gguf", backend: "cpu", cache: false, limits: { regex_bytes: 0 } }).then(() => "resolved", fail);
+    other.terminate();
+    const engine = await createWorkerEngine(worker, { model: "/model.gguf", backend: "cpu", cache: false, limits: { regex_bytes: 16 } });
+    const over = await engine.completions.create({ prompt: "x", guided_regex: "(yes|no|maybe)!?" + "?" }).then(() => "resolved", fail);
+    const within = (await engine.completions.create({ prompt: "x", guided_regex: "(yes|no)" })).choices[0].text;
+    await engine.unload();
+    worker.terminate();
+    return { bad, over, within };
+  });
+  await page.close();
+  assert.deepEqual(errors, [], "no console errors");
+  assert.deepEqual(out.bad, { code: "invalid_input", param: "limits", status: 400, message: "limits: `regex_bytes` must be an integer from 1 to its default, 4096" });
+  assert.deepEqual(out.over, { code: "limit_exceeded", param: "guided_regex", status: 400, message: "guided_regex `(yes|no|maybe)!??` is 17 bytes, over the 16-byte limit" });
+  assert.ok(["yes", "no"].includes(out.within), out.within);
+});
