@@ -176,6 +176,18 @@ pub const GRAMMAR_MINIMIZE_WORK: usize = 2_000_000;
 /// Parenthesis nesting depth in a `guided_grammar` (the parser recurses on groups).
 pub const MAX_GRAMMAR_NESTING: u32 = 128;
 
+/// Depth of a `guided_grammar` rule's syntax tree, in levels: a literal, class, `.` or rule
+/// name is 1, and a sequence, an alternation or a repetition one more than its deepest part.
+///
+/// The compiler walks the tree recursively (counting, sizing, building, cloning and dropping
+/// it), and a run of repetition operators nests it without parentheses: `"a"` and 8,000 `*`
+/// (8 KiB of text, which llama.cpp accepts) overflowed a wasm32 instance's 1 MiB stack; a
+/// test build needs ~300 bytes of it per level (3,000 stacked `*` fit, 4,000 did not).
+/// [`MAX_GRAMMAR_NESTING`] parentheses make at most three levels each (alternatives, a
+/// sequence, a repeated group), 387 in all; 512 admits all of those and a few stacked
+/// operators, and is checked as each level is parsed.
+pub const MAX_GRAMMAR_DEPTH: u32 = 512;
+
 /// Work one grammar step may do, in units of one parser stack frame examined or made.
 ///
 /// Applies to each token mask, each `advance` and each check of a token. The test grammars
