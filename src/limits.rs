@@ -163,15 +163,30 @@ pub const MAX_GRAMMAR_REPETITION: u32 = 1000;
 /// whose determinization explodes) is refused while compiling.
 pub const GRAMMAR_AUTOMATON_BYTES: usize = 1024 * 1024;
 
-/// Work the grammar compiler's minimization may do, in state visits (every state once per
-/// round of partition refinement).
+/// Work the grammar compiler's subset construction may do, in units of one NFA edge scanned
+/// or one NFA state visited (by an ε-closure or the nullable-rule fixpoint), over all the
+/// attempts of one compile (a grammar past [`GRAMMAR_AUTOMATON_BYTES`] is compiled again
+/// with fewer rules inlined, and each attempt redoes the work).
+///
+/// The automaton bound charges a DFA state's bytes, but making it scans every edge of its
+/// NFA states once per byte class: a generated grammar of large NFA sets over ~60 classes
+/// took 16-20 million units (~130 ms in a test build) per attempt to reach that bound, and
+/// the ratio grows with the classes and the sets. The most a JSONSchemaBench grammar needs
+/// is 33.7 million (three attempts, two of which pass the automaton bound); past 48 million
+/// (~0.3 s in a test build) the grammar is refused while compiling.
+pub const GRAMMAR_DETERMINIZE_WORK: u64 = 48_000_000;
+
+/// Work the grammar compiler's minimization may do, in units of one transition or call
+/// compared (every state's row and calls once per round of partition refinement).
 ///
 /// A chain of n states (a long literal, an expanded count) takes n rounds, so the work is
-/// quadratic: `"a" "a" ... "a"` 4,000 times was 16 million visits, ~0.5 s. Past this bound
-/// the determinized automaton is used as it is (the same language, with duplicate states,
-/// already within [`GRAMMAR_AUTOMATON_BYTES`]); the largest JSONSchemaBench grammar needs
-/// 272,160.
-pub const GRAMMAR_MINIMIZE_WORK: usize = 2_000_000;
+/// quadratic, and each round reads a row per state of one entry per byte class: 2 million
+/// state visits of a generated grammar with 55-63 byte classes were 88-128 million units,
+/// ~150 ms in a test build (counted as state visits, they were within the old bound). Past
+/// this bound (~35 ms there) the determinized automaton is used as it is (the same language,
+/// with duplicate states, already within [`GRAMMAR_AUTOMATON_BYTES`]); the most a
+/// JSONSchemaBench grammar needs is 13.8 million.
+pub const GRAMMAR_MINIMIZE_WORK: usize = 32_000_000;
 
 /// Parenthesis nesting depth in a `guided_grammar` (the parser recurses on groups).
 pub const MAX_GRAMMAR_NESTING: u32 = 128;
