@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The long fuzzing run: the same targets as `make test` (tests/fuzz_inputs.rs, the grammar
-# fuzz test, the hostile-input cases) in a release build, CASES inputs per target from SEED on.
+# The long fuzzing run: the targets of tests/fuzz_inputs.rs (JSON Schemas, regexes, GBNF
+# grammars, choice lists, request bodies, limits) in a release build, CASES inputs per target
+# from SEED on.
 # A failure prints the input; keep it as a file under tests/data/fuzz/<target>/ (every run,
 # including make test's, replays those first).
 #   scripts/fuzz.sh [CASES] [SEED]     defaults: 200000 cases, a seed from the clock

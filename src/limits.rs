@@ -174,18 +174,45 @@ pub const MAX_GRAMMAR_REPETITION: u32 = 1000;
 /// whose determinization explodes) is refused while compiling.
 pub const GRAMMAR_AUTOMATON_BYTES: usize = 1024 * 1024;
 
-/// Work the grammar compiler's minimization may do, in state visits (every state once per
-/// round of partition refinement).
+/// Work the grammar compiler's subset construction may do, in units of one NFA edge scanned
+/// or one NFA state visited (by an ε-closure or the nullable-rule fixpoint), over all the
+/// attempts of one compile (a grammar past [`GRAMMAR_AUTOMATON_BYTES`] is compiled again
+/// with fewer rules inlined, and each attempt redoes the work).
+///
+/// The automaton bound charges a DFA state's bytes, but making it scans every edge of its
+/// NFA states once per byte class: a generated grammar of large NFA sets over ~60 classes
+/// took 16-20 million units (~130 ms in a test build) per attempt to reach that bound, and
+/// the ratio grows with the classes and the sets. The most a JSONSchemaBench grammar needs
+/// is 33.7 million (three attempts, two of which pass the automaton bound); past 48 million
+/// (~0.3 s in a test build) the grammar is refused while compiling.
+pub const GRAMMAR_DETERMINIZE_WORK: u64 = 48_000_000;
+
+/// Work the grammar compiler's minimization may do, in units of one transition or call
+/// compared (every state's row and calls once per round of partition refinement).
 ///
 /// A chain of n states (a long literal, an expanded count) takes n rounds, so the work is
-/// quadratic: `"a" "a" ... "a"` 4,000 times was 16 million visits, ~0.5 s. Past this bound
-/// the determinized automaton is used as it is (the same language, with duplicate states,
-/// already within [`GRAMMAR_AUTOMATON_BYTES`]); the largest JSONSchemaBench grammar needs
-/// 272,160.
-pub const GRAMMAR_MINIMIZE_WORK: usize = 2_000_000;
+/// quadratic, and each round reads a row per state of one entry per byte class: 2 million
+/// state visits of a generated grammar with 55-63 byte classes were 88-128 million units,
+/// ~150 ms in a test build (counted as state visits, they were within the old bound). Past
+/// this bound (~35 ms there) the determinized automaton is used as it is (the same language,
+/// with duplicate states, already within [`GRAMMAR_AUTOMATON_BYTES`]); the most a
+/// JSONSchemaBench grammar needs is 13.8 million.
+pub const GRAMMAR_MINIMIZE_WORK: usize = 32_000_000;
 
 /// Parenthesis nesting depth in a `guided_grammar` (the parser recurses on groups).
 pub const MAX_GRAMMAR_NESTING: u32 = 128;
+
+/// Depth of a `guided_grammar` rule's syntax tree, in levels: a literal, class, `.` or rule
+/// name is 1, and a sequence, an alternation or a repetition one more than its deepest part.
+///
+/// The compiler walks the tree recursively (counting, sizing, building, cloning and dropping
+/// it), and a run of repetition operators nests it without parentheses: `"a"` and 8,000 `*`
+/// (8 KiB of text, which llama.cpp accepts) overflowed a wasm32 instance's 1 MiB stack; a
+/// test build needs ~300 bytes of it per level (3,000 stacked `*` fit, 4,000 did not).
+/// [`MAX_GRAMMAR_NESTING`] parentheses make at most three levels each (alternatives, a
+/// sequence, a repeated group), 387 in all; 512 admits all of those and a few stacked
+/// operators, and is checked as each level is parsed.
+pub const MAX_GRAMMAR_DEPTH: u32 = 512;
 
 /// Work one grammar step may do, in units of one parser stack frame examined or made.
 ///
@@ -198,6 +225,19 @@ pub const MAX_GRAMMAR_NESTING: u32 = 128;
 /// Precomputing one grammar state's masks walks the whole vocabulary trie once, so it gets
 /// this budget plus four units per trie node.
 pub const MAX_GRAMMAR_STEP_WORK: u64 = 200_000;
+
+/// Work the searches for loop runs may do while a constraint's masks are prepared, in
+/// successor pairs examined: for a grammar, in all when it is bound to a vocabulary; for a
+/// DFA, per mask computed.
+///
+/// A state's run lets a mask walk take or skip whole subtrees of the vocabulary trie; a loop
+/// run is found by a search over the states its characters reach (up to 1,024), restarted
+/// for each character group one of them dies on (up to 64 times), from every state. That is
+/// quadratic in the states: 128 copies of `[\x00-\U0010FFFF]` before a long literal (3,790
+/// states) examined 94.6 million pairs, 1.4 s in a test build. The most any JSONSchemaBench
+/// grammar needs is 152,712; past 2,000,000 (~30 ms there) the states left keep their chain
+/// runs, which only skip less of the trie: the masks are the same.
+pub const RUN_SEARCH_WORK: u64 = 2_000_000;
 
 /// Longest run of whitespace between two JSON tokens (and before and after the value) that
 /// `response_format: {"type": "json_object"}` allows, in bytes.

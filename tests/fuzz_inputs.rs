@@ -1,24 +1,33 @@
 //! Structure-aware fuzzing of everything a request carries: JSON Schemas (generated with
 //! `$ref`/`$defs`, nesting, huge counts, long and odd-Unicode strings, and mutations of the
-//! JSONSchemaBench schemas), regexes, `guided_choice` lists, whole request bodies and
-//! `--limits` overrides (each followed by a compile under what they allow). The
-//! property for every input: a compiled constraint or a 4xx error, within 1 s and 256 MiB on
-//! the wasm32 stack (`tests/bounded`), never a panic, an overflow or a hang.
+//! JSONSchemaBench schemas), regexes, GBNF grammars (generated, and mutations of
+//! `tests/data/grammars`; each compiled one is also stepped: masks, tokens, rollbacks),
+//! `guided_choice` lists, whole request bodies and `--limits` overrides (each followed by a
+//! compile under what they allow). The property for every input: a compiled constraint or a
+//! 4xx error, within 1 s and 256 MiB on the wasm32 stack (`tests/bounded`), never a panic, an
+//! overflow or a hang.
 //!
-//! `POOT_FUZZ_CASES` sets the cases per target (default 20,000: the whole file runs in ~40 s in
-//! `make test`), `POOT_FUZZ_SEED` the first seed; `scripts/fuzz.sh` runs a long release
+//! `POOT_FUZZ_CASES` sets the cases per target (default 20,000, and 2,000 for the grammars,
+//! which are also stepped: the whole file runs in ~40 s in `make test`), `POOT_FUZZ_SEED` the
+//! first seed; `scripts/fuzz.sh` runs a long release
 //! build. A failing case prints its seed and input; keep the input under
 //! `tests/data/fuzz/<target>/` (one file per input), where every run replays it first.
 
 mod bounded;
-mod common;
+// Its `common` is the fuzz plumbing's (one copy of the module in this binary).
+mod grammar_support;
 
 use bounded::{check, compile_body, run_case};
 use common::Rng;
+use grammar_support::common;
 use poot::api::{Endpoint, Request};
+use poot::constraint::{Compiled, Constraint, Matcher, Spec};
+use poot::mask::words_for;
+use poot::vocab::{TokenId, Vocabulary};
 use serde_json::{json, Map, Value};
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn cases() -> u64 {
@@ -736,7 +745,6 @@ fn request_bodies_parse_or_fail_cleanly() {
 /// `invalid_input` naming `limits`, and every budget, however small, ends in a result or a 4xx.
 #[test]
 fn tightened_limits_read_cleanly_and_bound_every_compile() {
-    use poot::constraint::Spec;
     use poot::limits::Limits;
     let start = Instant::now();
     let mut tally = Tally::default();
@@ -783,4 +791,869 @@ fn tightened_limits_read_cleanly_and_bound_every_compile() {
         });
     }
     tally.report("limits", start);
+}
+
+// --- GBNF grammars ----------------------------------------------------------------------
+
+/// Where the generator stops adding items and alternatives to a list (so its output stays
+/// linear in its depth), and rules to a grammar: some grammars still pass the 16 KiB text
+/// bound.
+const GBNF_CAP: usize = 3_000;
+const GBNF_RULES_CAP: usize = 12_000;
+
+/// Characters of literals and classes: plain and odd Unicode, and the escapes GBNF knows.
+const GBNF_CHARS: &[&str] = &[
+    "a",
+    "b",
+    "x",
+    "0",
+    " ",
+    "é",
+    "日",
+    "👍",
+    "\u{10FFFF}",
+    "\u{FFFD}",
+    "\\n",
+    "\\r",
+    "\\t",
+    "\\\\",
+    "\\\"",
+    "\\[",
+    "\\]",
+    "\\-",
+    "\\x41",
+    "\\xe9",
+    "\\xFF",
+    "\\u00e9",
+    "\\u65e5",
+    "\\U0001F600",
+    "\\U0010FFFF",
+    "\\x00",
+    "\\u0000",
+];
+/// Characters that are errors: an unknown escape, too few hex digits, a surrogate, past
+/// U+10FFFF, a bare `\`, raw NUL and newlines, a quote or bracket that ends the item early.
+const GBNF_BAD_CHARS: &[&str] = &[
+    "\\q",
+    "\\x4",
+    "\\u12",
+    "\\uD800",
+    "\\uDFFF",
+    "\\U00110000",
+    "\\UFFFFFFFF",
+    "\\",
+    "\u{0}",
+    "\n",
+    "\r\n",
+    "\"",
+    "]",
+    "\\U0000D800",
+];
+/// Class ranges: wide, Unicode, across the surrogates; past the first [`GBNF_GOOD_RANGES`],
+/// a reversed one (an error) and one of surrogates only (no character).
+const GBNF_RANGES: &[(&str, &str)] = &[
+    ("a", "z"),
+    ("0", "9"),
+    ("A", "Z"),
+    ("\\x00", "\\U0010FFFF"),
+    ("\\u0080", "\\uFFFF"),
+    ("é", "日"),
+    ("\\uD7FF", "\\uE000"),
+    ("\\x00", "\\x7F"),
+    ("\\U0001F600", "\\U0010FFFF"),
+    ("\\-", "\\]"),
+    ("z", "a"),
+    ("\\uD800", "\\uDFFF"),
+];
+const GBNF_GOOD_RANGES: usize = 10;
+/// Repetition counts: at the counter and empty-item bounds, at `u32::MAX`, and past the first
+/// [`GBNF_GOOD_COUNTS`], beyond it.
+const GBNF_COUNTS: &[&str] = &[
+    "63",
+    "64",
+    "127",
+    "128",
+    "129",
+    "999",
+    "1000",
+    "1001",
+    "2000",
+    "65535",
+    "1000000",
+    "4294967295",
+    "00000000000000000000000000002",
+    "4294967296",
+    "18446744073709551616",
+    "99999999999999999999999999",
+];
+const GBNF_GOOD_COUNTS: usize = 13;
+const GBNF_BAD_NAMES: &[&str] = &[
+    "é",
+    "名前",
+    "r\u{0}",
+    "r é",
+    "👍",
+    "r#x",
+    "r:",
+    "\u{10FFFF}",
+    "--x",
+    "r\u{FFFD}",
+];
+
+/// A generator of GBNF grammars. A `hostile` one (half of them) also writes what GBNF does
+/// not allow (bad escapes, names, counts and classes, undefined rules, a missing `root`); the
+/// other half mostly get past the parser, to the compiler's bounds and the matcher.
+struct GbnfGen<'a> {
+    rng: &'a mut Rng,
+    names: Vec<String>,
+    hostile: bool,
+}
+
+impl GbnfGen<'_> {
+    /// True with probability `p`, and only for a hostile grammar.
+    fn bad(&mut self, p: f64) -> bool {
+        self.hostile && self.rng.chance(p)
+    }
+
+    /// Rule names: plain, with `-`/`_`/digits, long, `root`-like, and (hostile) names GBNF
+    /// does not allow.
+    fn name(&mut self) -> String {
+        if self.bad(0.1) {
+            return GBNF_BAD_NAMES[self.rng.below(GBNF_BAD_NAMES.len())].to_owned();
+        }
+        match self.rng.below(14) {
+            0 => "n".repeat(1 + self.rng.below(3000)),
+            1 => ["ROOT", "root-2", "_", "9", "x-y", "--", "root_"][self.rng.below(7)].to_owned(),
+            2 => format!("r-{}_{}", self.rng.below(10), self.rng.below(10)),
+            _ => format!("r{}", self.rng.below(8)),
+        }
+    }
+
+    fn char(&mut self) -> &'static str {
+        if self.bad(0.03) {
+            GBNF_BAD_CHARS[self.rng.below(GBNF_BAD_CHARS.len())]
+        } else {
+            GBNF_CHARS[self.rng.below(GBNF_CHARS.len())]
+        }
+    }
+
+    fn literal(&mut self) -> String {
+        let body: String = match self.rng.below(12) {
+            0 => String::new(),
+            1 => self.char().repeat(1 + self.rng.below(1000)),
+            _ => (0..1 + self.rng.below(5)).map(|_| self.char()).collect(),
+        };
+        format!("\"{body}\"")
+    }
+
+    fn class(&mut self) -> String {
+        let mut s = String::from("[");
+        if self.rng.chance(0.3) {
+            s.push('^');
+        }
+        let n = match self.rng.below(10) {
+            0 if self.hostile => 0,
+            1 => 20 + self.rng.below(300),
+            _ => 1 + self.rng.below(4),
+        };
+        for _ in 0..n {
+            if self.rng.chance(0.5) {
+                let ranges = if self.hostile {
+                    GBNF_RANGES.len()
+                } else {
+                    GBNF_GOOD_RANGES
+                };
+                let (lo, hi) = GBNF_RANGES[self.rng.below(ranges)];
+                s.push_str(&format!("{lo}-{hi}"));
+            } else if self.bad(0.2) {
+                s.push_str(["-", "^"][self.rng.below(2)]);
+            } else {
+                s.push_str(self.char());
+            }
+        }
+        if !self.bad(0.02) {
+            s.push(']');
+        }
+        s
+    }
+
+    fn count(&mut self) -> String {
+        if self.rng.chance(0.6) {
+            return self.rng.below(6).to_string();
+        }
+        let n = if self.hostile {
+            GBNF_COUNTS.len()
+        } else {
+            GBNF_GOOD_COUNTS
+        };
+        GBNF_COUNTS[self.rng.below(n)].to_owned()
+    }
+
+    /// `*`, `+`, `?`, `{m}`, `{m,}`, `{m,n}` (spaces inside sometimes), and (hostile) a
+    /// maximum below the minimum or a malformed count.
+    fn suffix(&mut self) -> String {
+        if self.bad(0.05) {
+            let bad = ["{", "{,3}", "{a}", "{1,2", "{-1}", "{1,,2}", "{}", "{3,2}"];
+            return bad[self.rng.below(bad.len())].into();
+        }
+        match self.rng.below(11) {
+            0..=2 => "*".into(),
+            3 | 4 => "+".into(),
+            5 | 6 => "?".into(),
+            7 => format!("{{{}}}", self.count()),
+            8 => format!("{{{},}}", self.count()),
+            9 => {
+                let (a, b) = (self.count(), self.count());
+                match (a.parse::<u128>(), b.parse::<u128>()) {
+                    (Ok(x), Ok(y)) if x > y => format!("{{{b},{a}}}"),
+                    _ => format!("{{{a},{b}}}"),
+                }
+            }
+            _ => format!("{{ {} , {} }}", self.rng.below(4), 4 + self.rng.below(4)),
+        }
+    }
+
+    fn reference(&mut self) -> String {
+        if self.bad(0.05) {
+            return self.name();
+        }
+        self.names[self.rng.below(self.names.len())].clone()
+    }
+
+    /// An item, or at `depth` > 0 a group, with a repetition sometimes (operators stacked
+    /// now and then: `"a"**`, `x{2}{3}`).
+    fn item(&mut self, depth: u32) -> String {
+        let mut s = match self.rng.below(if depth == 0 { 6 } else { 10 }) {
+            0 | 1 => self.literal(),
+            2 => self.class(),
+            3 => ".".into(),
+            4 | 5 => self.reference(),
+            6..=8 => format!("({})", self.alternates(depth - 1, true)),
+            _ => self.nasty(depth - 1),
+        };
+        if self.rng.chance(0.35) {
+            s.push_str(&self.suffix());
+            while self.rng.chance(0.05) {
+                s.push_str(&self.suffix());
+            }
+        }
+        s
+    }
+
+    /// Items that stress one bound each: nested counted repetitions, counts of items that
+    /// can match the empty string or consume nothing, parentheses a few hundred deep, a long
+    /// run of operators, many alternatives, a long literal.
+    fn nasty(&mut self, depth: u32) -> String {
+        let item = |g: &mut Self| {
+            if depth > 0 && g.rng.chance(0.3) {
+                g.item(depth - 1)
+            } else {
+                g.literal()
+            }
+        };
+        match self.rng.below(8) {
+            0 => {
+                // ("a"{1000}){1000}, three levels sometimes.
+                let mut s = item(self);
+                for _ in 0..2 + self.rng.below(2) {
+                    s = format!("({s}){{{}}}", self.count());
+                }
+                s
+            }
+            1 => {
+                let empty = [
+                    "(\"\" | \"a\")",
+                    "(\"a\"?)",
+                    "([a]*)",
+                    "(\"\"*)",
+                    "(\"a\"? \"b\"?)",
+                    "(\"a\"{0,3})",
+                ];
+                let e = empty[self.rng.below(empty.len())];
+                format!("{e}{}", self.suffix())
+            }
+            2 => {
+                let most = if self.rng.chance(0.2) { 400 } else { 60 };
+                let k = 1 + self.rng.below(most);
+                let mut s = String::new();
+                for _ in 0..k {
+                    s.push('(');
+                    if self.rng.chance(0.1) && s.len() < GBNF_CAP {
+                        s.push_str(&item(self));
+                        s.push(' ');
+                    }
+                }
+                s.push_str(&item(self));
+                for _ in 0..k {
+                    s.push(')');
+                    if self.rng.chance(0.1) {
+                        s.push_str(&self.suffix());
+                    }
+                }
+                s
+            }
+            3 => {
+                let n = 20 + self.rng.below(1500);
+                let mut s = String::from("(");
+                for i in 0..n {
+                    if s.len() > GBNF_CAP {
+                        break;
+                    }
+                    if i > 0 {
+                        s.push_str(" | ");
+                    }
+                    s.push_str(&item(self));
+                }
+                s + ")"
+            }
+            4 => format!("\"{}\"", "a".repeat(100 + self.rng.below(5000))),
+            5 => {
+                // An item repeated by a long run of operators: `"a"*****...`.
+                let op = ["*", "+", "?", "{2}", "{0,1}", "{1000}"][self.rng.below(6)];
+                let most = if self.rng.chance(0.2) { 6000 } else { 600 };
+                let n = 1 + self.rng.below(most);
+                format!("{}{}", item(self), op.repeat(n / op.len() + 1))
+            }
+            6 => {
+                // Counts of items that consume nothing: `""`, `()`, `("" "")`.
+                let none = ["\"\"", "()", "(\"\" \"\")", "(\"\"|\"\")"];
+                let mut s = none[self.rng.below(none.len())].to_owned();
+                for _ in 0..1 + self.rng.below(4) {
+                    s = format!("({s}){{{}}}", self.count());
+                }
+                s
+            }
+            _ => {
+                // The same item counted two ways at once.
+                let x = item(self);
+                format!("{x}{} {x}{}", self.suffix(), self.suffix())
+            }
+        }
+    }
+
+    fn sequence(&mut self, depth: u32, nested: bool) -> String {
+        let n = if self.rng.chance(0.01) {
+            50 + self.rng.below(1000)
+        } else {
+            self.rng.below(5)
+        };
+        let mut s = String::new();
+        for i in 0..n {
+            if s.len() > GBNF_CAP {
+                break;
+            }
+            if i > 0 {
+                s.push_str(match self.rng.below(12) {
+                    0 => "",
+                    1 => "\t",
+                    // A newline continues a rule only inside parentheses.
+                    2 if nested || self.bad(0.5) => "\n   ",
+                    3 if nested => " # a comment\n ",
+                    _ => " ",
+                });
+            }
+            s.push_str(&self.item(depth));
+        }
+        s
+    }
+
+    fn alternates(&mut self, depth: u32, nested: bool) -> String {
+        let n = match self.rng.below(60) {
+            0 => 20 + self.rng.below(1500),
+            1..=25 => 1,
+            _ => 1 + self.rng.below(4),
+        };
+        let seps = [" | ", "|", " |\n  ", " | # c\n "];
+        let mut s = String::new();
+        for i in 0..n {
+            if s.len() > GBNF_CAP {
+                break;
+            }
+            if i > 0 {
+                s.push_str(seps[self.rng.below(seps.len())]);
+            }
+            s.push_str(&self.sequence(depth, nested));
+        }
+        // An empty last alternative at the end of a line would continue the rule onto the
+        // next one (as in llama.cpp): `""` instead, unless hostile.
+        if !nested && (s.is_empty() || s.trim_end().ends_with('|')) && !self.bad(0.5) {
+            s.push_str("\"\"");
+        }
+        s
+    }
+}
+
+/// A whole grammar: a few rules (`root` usually first, sometimes defined twice or, hostile,
+/// missing) whose bodies refer to each other, to themselves first (left recursion, direct or
+/// through another rule) and (hostile) to rules never defined; comments, CRLF, newlines after
+/// `::=`; sometimes a grammar made to be ambiguous, a long chain of rules, a wide tree of
+/// calls, or pieces of GBNF spliced at random.
+fn gbnf_grammar(rng: &mut Rng) -> String {
+    if rng.chance(0.03) {
+        // Ambiguity that doubles the live parses with every `a`.
+        return "root ::= t\nt ::= u \"b\" | v \"c\" | \"x\"\nu ::= \"a\" t\nv ::= \"a\" t\n"
+            .into();
+    }
+    if rng.chance(0.03) {
+        return gbnf_chain(rng);
+    }
+    if rng.chance(0.01) {
+        return gbnf_wide_calls(rng);
+    }
+    if rng.chance(0.1) {
+        return gbnf_spliced(rng);
+    }
+    let hostile = rng.chance(0.5);
+    let mut g = GbnfGen {
+        rng,
+        names: Vec::new(),
+        hostile,
+    };
+    let n = if g.rng.chance(0.05) {
+        20 + g.rng.below(200)
+    } else {
+        1 + g.rng.below(6)
+    };
+    g.names = (0..n).map(|_| g.name()).collect();
+    if !g.hostile {
+        // Each defined once.
+        let mut seen = std::collections::HashSet::new();
+        for (i, name) in g.names.iter_mut().enumerate() {
+            if !seen.insert(name.clone()) {
+                *name = format!("{name}-{i}");
+                seen.insert(name.clone());
+            }
+        }
+    }
+    if !g.bad(0.05) {
+        g.names[0] = "root".into();
+    }
+    let nl = if g.rng.chance(0.1) { "\r\n" } else { "\n" };
+    let depth = 1 + g.rng.below(4) as u32;
+    let mut out = String::new();
+    if g.rng.chance(0.2) {
+        out.push_str(&format!("# generated grammar{nl}{nl}"));
+    }
+    for i in 0..n {
+        if out.len() > GBNF_RULES_CAP {
+            break;
+        }
+        let mut body = g.alternates(depth, false);
+        match g.rng.below(10) {
+            // Left recursion, direct or through the next rule.
+            0 => body = format!("{} {body}", g.names[(i + g.rng.below(2)) % n]),
+            1 => body = format!("{body} | {} {body}", g.names[i]),
+            _ => {}
+        }
+        let after = [" ", "", "\n  ", " # c\n  "][g.rng.below(4)];
+        out.push_str(&format!("{} ::={after}{body}", g.names[i]));
+        if g.rng.chance(0.1) {
+            out.push_str(" # trailing comment");
+        }
+        out.push_str(nl);
+        if g.rng.chance(0.05) {
+            out.push_str(nl);
+        }
+    }
+    out
+}
+
+/// Pieces of GBNF spliced at random (`gbnf_spliced`): tokens, half tokens, whole rules, and
+/// what GBNF lacks (`<token>` references, unbalanced quotes and brackets).
+const GBNF_PIECES: &[&str] = &[
+    "root",
+    " ::= ",
+    "a",
+    "b",
+    "x-y",
+    " ",
+    "\n",
+    "\"",
+    "\"ab\"",
+    "\"\\n\"",
+    "\"\\x41\"",
+    "\"\\u00e9\"",
+    "\\",
+    "[",
+    "]",
+    "[^",
+    "a-z",
+    "0-9",
+    "-",
+    "(",
+    ")",
+    "|",
+    "*",
+    "+",
+    "?",
+    "{",
+    "}",
+    "{2}",
+    "{1,3}",
+    "{0,}",
+    ",",
+    ".",
+    "#",
+    "# c\n",
+    "é",
+    "日",
+    "::=",
+    "\"\"",
+    "<",
+    ">",
+    "<|im_end|>",
+    "!<x>",
+    "\t",
+    "\r\n",
+    "\r",
+    "[\"\\\\]",
+    "{99999}",
+    "{1000}",
+    "((",
+    "))",
+    "root ::= a\n",
+    "a ::= \"x\" a | \"y\"\n",
+    "b ::= b \"z\"\n",
+];
+
+/// Up to 24 pieces of [`GBNF_PIECES`], after `root ::= ` most of the time.
+fn gbnf_spliced(rng: &mut Rng) -> String {
+    let mut s = String::new();
+    if rng.chance(0.7) {
+        s.push_str("root ::= ");
+    }
+    for _ in 0..rng.below(24) {
+        s.push_str(GBNF_PIECES[rng.below(GBNF_PIECES.len())]);
+    }
+    s
+}
+
+/// A chain of up to ~1,600 rules (short names, so it fits the text bound), each calling the
+/// next: once (inlined, it nests), twice (doubling the inlined size), first (a chain of calls
+/// before any byte), back to the start (recursive, so nothing is inlined), counted, or
+/// nullable from the last rule back (one rule more per round of a nullable fixpoint).
+fn gbnf_chain(rng: &mut Rng) -> String {
+    let n = 10 + rng.below(1600);
+    let name = |i: usize| {
+        if i == 0 {
+            "root".to_owned()
+        } else {
+            // Base 26 in letters: `b`, ..., `ba`, ...
+            let (mut k, mut s) = (i, Vec::new());
+            while k > 0 {
+                s.push(b'a' + (k % 26) as u8);
+                k /= 26;
+            }
+            s.reverse();
+            String::from_utf8(s).expect("ASCII")
+        }
+    };
+    let kind = rng.below(6);
+    let mut out = String::new();
+    for i in 0..n {
+        let next = name(i + 1);
+        let body = if i + 1 == n {
+            if kind == 5 { "\"\"" } else { "\"x\"" }.to_owned()
+        } else {
+            match kind {
+                0 => next,
+                1 => format!("{next} {next}"),
+                2 => format!("{next} \"a\" | \"b\""),
+                3 | 5 => format!("{next} | \"x\" root"),
+                _ => format!("({next}){{{}}}", rng.below(200)),
+            }
+        };
+        out.push_str(&format!("{} ::= {body}\n", name(i)));
+    }
+    out
+}
+
+/// Three levels of `k` rules, each rule an alternation of every rule of the next level (and
+/// recursive, so none is inlined): a byte at `root`'s start enters `k^3` call paths.
+fn gbnf_wide_calls(rng: &mut Rng) -> String {
+    let k = 2 + rng.below(30);
+    let refs = |level: &str| {
+        (0..k)
+            .map(|i| format!("{level}{i}"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let mut out = format!("root ::= {}\n", refs("a"));
+    for i in 0..k {
+        out.push_str(&format!("a{i} ::= {} | \"q\" root\n", refs("b")));
+        out.push_str(&format!("b{i} ::= {} | \"r\" root\n", refs("c")));
+        out.push_str(&format!("c{i} ::= \"x\" root | \"y\"\n"));
+    }
+    out
+}
+
+/// A mutation of a test grammar: characters inserted, deleted or replaced, a rule's body
+/// duplicated, a repetition count multiplied or made huge, an item wrapped in a count.
+fn mutate_gbnf(rng: &mut Rng, text: &str) -> String {
+    let mut s = text.to_owned();
+    for _ in 0..1 + rng.below(3) {
+        let chars: Vec<char> = s.chars().collect();
+        let at = rng.below(chars.len().max(1));
+        let mut out = chars.clone();
+        match rng.below(8) {
+            0 => {
+                let n = 1 + rng.below(4);
+                out.drain(at..(at + n).min(out.len()));
+            }
+            1 => {
+                const PIECES: &str = "()[]\"|*+?{}\\-#.:=^ \n";
+                let c = PIECES
+                    .chars()
+                    .nth(rng.below(PIECES.chars().count()))
+                    .unwrap();
+                out.insert(at.min(out.len()), c);
+            }
+            2 => {
+                if at < out.len() {
+                    let c = if rng.chance(0.5) {
+                        GBNF_CHARS[rng.below(GBNF_CHARS.len())]
+                    } else {
+                        GBNF_PIECES[rng.below(GBNF_PIECES.len())]
+                    };
+                    out[at] = c.chars().next().unwrap_or('x');
+                }
+            }
+            3 | 4 => {
+                // Duplicate a rule body: `name ::= body` -> `name ::= body body` or `| body`.
+                let lines: Vec<&str> = s.lines().filter(|l| l.contains("::=")).collect();
+                if let Some(line) = lines.get(rng.below(lines.len().max(1))) {
+                    let body = line.split_once("::=").map_or("", |x| x.1).trim();
+                    let sep = if rng.chance(0.5) { " " } else { " | " };
+                    let doubled = format!("{line}{sep}{body}");
+                    s = s.replacen(line, &doubled, 1);
+                }
+                continue;
+            }
+            5 => {
+                // Multiply a repetition count, or make it huge.
+                let factor = [10u64, 1000, 1 << 20, u64::from(u32::MAX)][rng.below(4)];
+                let digits: String = chars[at..]
+                    .iter()
+                    .skip_while(|c| !c.is_ascii_digit())
+                    .take_while(|c| c.is_ascii_digit())
+                    .collect();
+                if let Ok(n) = digits.parse::<u64>() {
+                    let n = n.max(1).saturating_mul(factor);
+                    s = s.replacen(&digits, &n.to_string(), 1);
+                } else {
+                    s = s.replacen('*', &format!("{{{factor}}}"), 1);
+                }
+                continue;
+            }
+            6 => {
+                // Wrap the rest of a line in a count.
+                let tail: String = chars[at..].iter().take_while(|&&c| c != '\n').collect();
+                if !tail.trim().is_empty() {
+                    let head: String = chars[..at].iter().collect();
+                    let rest: String = chars[at + tail.chars().count()..].iter().collect();
+                    let op = ["*", "+", "?", "{2}", "{1000}", "{4294967295}"][rng.below(6)];
+                    s = format!("{head}({tail}){op}{rest}");
+                }
+                continue;
+            }
+            _ => {
+                let mut g = GbnfGen {
+                    rng,
+                    names: vec!["root".into(), "ws".into(), "value".into()],
+                    hostile: false,
+                };
+                let item = g.item(0);
+                out.splice(at..at, item.chars());
+            }
+        }
+        s = out.into_iter().collect();
+    }
+    s
+}
+
+/// Steps a compiled grammar's matcher over the synthetic vocabulary: a mask, a token (mostly
+/// an allowed one, sometimes any), now and then a rollback, and the forced bytes. The mask
+/// must agree with `advance` (an allowed token advances, any other is refused), with the
+/// output's end (EOS allowed exactly when the output is complete), with the forced bytes
+/// (every allowed token agrees with them), and, after a rollback, with the mask computed at
+/// that position before. A `limit_exceeded` step ends the case cleanly.
+fn drive_grammar(
+    compiled: Compiled,
+    vocab: &Arc<Vocabulary>,
+    rng: &mut Rng,
+) -> Result<(), poot::Error> {
+    let Compiled::Grammar(g) = &compiled else {
+        panic!("a guided_grammar compiles to a grammar")
+    };
+    let g = g.clone();
+    // Short random bytes through the whole-text matcher (no work limit there).
+    for _ in 0..2 {
+        let bytes: Vec<u8> = (0..rng.below(12))
+            .map(|_| match rng.below(3) {
+                0 => rng.below(256) as u8,
+                _ => b"ab\"x ()[]{}0\n"[rng.below(13)],
+            })
+            .collect();
+        let _ = g.matches(&bytes);
+    }
+    let mut m = Matcher::new(Arc::new(Constraint::from_compiled(compiled, vocab.clone())));
+    let n = vocab.len();
+    let bit = |mask: &[u32], t: TokenId| mask[t as usize / 32] >> (t % 32) & 1 == 1;
+    // The output so far, the length each accepted token added, and the mask seen at each
+    // position (to compare after a rollback).
+    let (mut out, mut lens): (Vec<u8>, Vec<usize>) = (Vec::new(), Vec::new());
+    let mut seen: Vec<Option<Vec<u32>>> = Vec::new();
+    for _ in 0..12 {
+        let mut mask = vec![0u32; words_for(n)];
+        m.fill_mask(&mut mask)?;
+        let at = m.token_count();
+        seen.resize(seen.len().max(at + 1), None);
+        if let Some(before) = &seen[at] {
+            assert_eq!(
+                before, &mask,
+                "the mask after a rollback differs from before"
+            );
+        }
+        seen[at] = Some(mask.clone());
+        let allowed: Vec<TokenId> = (0..n as TokenId).filter(|&t| bit(&mask, t)).collect();
+        let accepting = m.is_accepting();
+        for &t in &allowed {
+            assert!(
+                vocab.is_text(t) || vocab.is_eos(t),
+                "special token {t} in the mask"
+            );
+        }
+        let eos_allowed = allowed.iter().any(|&t| vocab.is_eos(t));
+        assert_eq!(eos_allowed, accepting, "EOS in the mask vs is_accepting");
+        let forced = m.forced_bytes();
+        if !forced.is_empty() {
+            assert!(
+                !accepting,
+                "forced bytes {forced:?} where the output may end"
+            );
+            for &t in allowed.iter().filter(|&&t| vocab.is_text(t)) {
+                let b = vocab.bytes(t);
+                let k = b.len().min(forced.len());
+                assert_eq!(
+                    b[..k],
+                    forced[..k],
+                    "allowed token {t} disagrees with the forced bytes {forced:?}"
+                );
+            }
+        }
+        let t = if !allowed.is_empty() && rng.chance(0.8) {
+            allowed[rng.below(allowed.len())]
+        } else {
+            rng.below(n) as TokenId
+        };
+        let was_allowed = bit(&mask, t);
+        match m.advance(t) {
+            Ok(()) => {
+                assert!(was_allowed, "token {t} advanced but was not in the mask");
+                // Masks seen past here were for another path.
+                seen.truncate(at + 1);
+                let b = if vocab.is_eos(t) {
+                    &[][..]
+                } else {
+                    vocab.bytes(t)
+                };
+                out.extend_from_slice(b);
+                lens.push(b.len());
+            }
+            Err(e) if e.is_limit_exceeded() => return Err(e),
+            Err(e) => assert!(!was_allowed, "token {t} in the mask but refused: {e}"),
+        }
+        if rng.chance(0.15) && m.token_count() > 0 {
+            let k = 1 + rng.below(m.token_count().min(3));
+            m.rollback(k).expect("accepted tokens roll back");
+            for _ in 0..k {
+                let l = lens.pop().expect("one length per token");
+                out.truncate(out.len() - l);
+            }
+        }
+        if m.is_finished() {
+            break;
+        }
+    }
+    if !m.is_finished() {
+        assert_eq!(
+            m.is_accepting(),
+            g.matches(&out),
+            "the matcher and Grammar::matches disagree on {:?}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+    Ok(())
+}
+
+/// Compiles a grammar as a request's `guided_grammar` and drives its matcher: a compile error
+/// must name the field, and everything is bounded by the harness.
+fn compile_grammar_text(
+    text: String,
+    vocab: Arc<Vocabulary>,
+    seed: u64,
+) -> impl FnOnce() -> Result<(), poot::Error> + Send + 'static {
+    move || {
+        let body = json!({ "guided_grammar": text });
+        let compiled = Spec::from_request(&body)
+            .map(|s| s.expect("a guided_grammar constraint"))
+            .and_then(|s| s.compile());
+        let compiled = match compiled {
+            Ok(c) => c,
+            Err(e) => {
+                assert_eq!(e.param(), Some("guided_grammar"), "{e}");
+                assert!(e.to_string().starts_with("guided_grammar"), "{e}");
+                return Err(e);
+            }
+        };
+        drive_grammar(compiled, &vocab, &mut Rng::new(seed))
+    }
+}
+
+/// Grammar cases per run: each compiles and steps a matcher a dozen times, so fewer than the
+/// other targets' (the default run stays within ~15 s in a debug build).
+fn gbnf_cases() -> u64 {
+    common::fuzz_cases(GBNF_DEFAULT_CASES) as u64
+}
+
+const GBNF_DEFAULT_CASES: usize = 2_000;
+
+/// GBNF grammars as `guided_grammar`: the regression corpus, generated grammars, then
+/// mutations of `tests/data/grammars`. Each compiles or fails with a 4xx naming the field, and
+/// each compiled one is stepped over the synthetic vocabulary ([`drive_grammar`]), all within
+/// the case's bounds.
+#[test]
+fn gbnf_grammars_compile_and_step_or_fail_cleanly() {
+    let vocab = grammar_support::synthetic().vocab;
+    let start = Instant::now();
+    let mut tally = Tally::default();
+    for (path, text) in regressions("gbnf") {
+        let work = compile_grammar_text(text.clone(), vocab.clone(), 1);
+        tally.case("gbnf", &path, &text, work);
+    }
+    let seed0 = first_seed();
+    for i in 0..gbnf_cases() {
+        let seed = seed0 + i;
+        let mut rng = Rng::new(seed);
+        let text = gbnf_grammar(&mut rng);
+        let work = compile_grammar_text(text.clone(), vocab.clone(), seed);
+        tally.case("gbnf", &format!("seed {seed}"), &text, work);
+    }
+    tally.report("gbnf (generated)", start);
+
+    let start = Instant::now();
+    let corpus: Vec<String> = grammar_support::GRAMMARS
+        .iter()
+        .map(|f| grammar_support::grammar_text(f))
+        .collect();
+    let mut tally = Tally::default();
+    for i in 0..gbnf_cases() {
+        let seed = seed0 + i;
+        let mut rng = Rng::new(seed);
+        let base = &corpus[rng.below(corpus.len())];
+        let text = mutate_gbnf(&mut rng, base);
+        let work = compile_grammar_text(text.clone(), vocab.clone(), seed);
+        tally.case("gbnf", &format!("mutation seed {seed}"), &text, work);
+    }
+    tally.report("gbnf (test grammar mutations)", start);
 }

@@ -375,6 +375,25 @@ fn nesting_is_bounded() {
     );
     let ok = format!("root ::= {}\"a\"{}", "(".repeat(100), ")".repeat(100));
     assert!(g(&ok).matches(b"a"));
+    // Repetition operators nest without parentheses: `"a"` then 511 `?` is 512 levels, one
+    // more is past the syntax-depth limit (8,000 overflowed the wasm32 stack).
+    let stacked = |n: usize| format!("root ::= \"a\"{}", "?".repeat(n));
+    assert!(g(&stacked(511)).matches(b"a"));
+    let e = Grammar::new(&stacked(512)).unwrap_err();
+    assert!(e.is_limit_exceeded() && e.param() == Some("guided_grammar"));
+    assert!(
+        e.to_string()
+            .contains("alternatives and repetitions nest deeper than the limit of 512 levels"),
+        "{e}"
+    );
+    // 128 parentheses of alternatives, a sequence and a repetition each are 387 levels.
+    let mut each = "\"a\"".to_owned();
+    for _ in 0..128 {
+        each = format!("(\"b\" | \"c\" {each}*)");
+    }
+    let deepest = g(&format!("root ::= {each}"));
+    assert!(deepest.matches(format!("{}a", "c".repeat(128)).as_bytes()));
+    assert!(deepest.matches(b"cb") && !deepest.matches(b"ca"));
 }
 
 #[test]

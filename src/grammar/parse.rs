@@ -8,7 +8,7 @@
 //! value, and token references `<...>` (which name model tokens, not text).
 
 use super::GrammarError;
-use crate::limits::MAX_GRAMMAR_NESTING;
+use crate::limits::{MAX_GRAMMAR_DEPTH, MAX_GRAMMAR_NESTING};
 use std::collections::HashMap;
 
 /// One item of a rule body.
@@ -196,7 +196,7 @@ impl Parser<'_> {
             ));
         }
         self.pos = self.space(self.pos + 3, true);
-        let body = self.alternates(false)?;
+        let (body, _) = self.alternates(false)?;
         match self.peek(self.pos) {
             b'\r' => {
                 self.pos += if self.peek(self.pos + 1) == b'\n' {
@@ -228,21 +228,47 @@ impl Parser<'_> {
         Ok(())
     }
 
-    fn alternates(&mut self, nested: bool) -> Result<Expr, GrammarError> {
-        let mut alts = vec![self.sequence(nested)?];
+    /// Alternatives, and the depth of their tree (see [`Parser::sequence`]).
+    fn alternates(&mut self, nested: bool) -> Result<(Expr, u32), GrammarError> {
+        let start = self.pos;
+        let (first, mut depth) = self.sequence(nested)?;
+        let mut alts = vec![first];
         while self.peek(self.pos) == b'|' {
             self.pos = self.space(self.pos + 1, true);
-            alts.push(self.sequence(nested)?);
+            let (alt, d) = self.sequence(nested)?;
+            alts.push(alt);
+            depth = depth.max(d);
         }
         Ok(if alts.len() == 1 {
-            alts.pop().expect("one")
+            (alts.pop().expect("one"), depth)
         } else {
-            Expr::Alt(alts)
+            (Expr::Alt(alts), self.deeper(depth, start)?)
         })
     }
 
-    fn sequence(&mut self, nested: bool) -> Result<Expr, GrammarError> {
+    /// One level above a tree `depth` deep, within [`MAX_GRAMMAR_DEPTH`].
+    fn deeper(&self, depth: u32, at: usize) -> Result<u32, GrammarError> {
+        if depth >= MAX_GRAMMAR_DEPTH {
+            return Err(GrammarError::limit(
+                at,
+                format!(
+                    "groups, alternatives and repetitions nest deeper than the limit of \
+                     {MAX_GRAMMAR_DEPTH} levels"
+                ),
+            ));
+        }
+        Ok(depth + 1)
+    }
+
+    /// A sequence, and the depth of its tree: a leaf is 1, a sequence, an alternation or a
+    /// repetition one more than its deepest part. Bounded while it is built
+    /// ([`MAX_GRAMMAR_DEPTH`]): the compiler recurses on the tree, and a run of repetition
+    /// operators (`"a"***...`) nests it without any parentheses.
+    fn sequence(&mut self, nested: bool) -> Result<(Expr, u32), GrammarError> {
+        let seq_start = self.pos;
         let mut items: Vec<Expr> = Vec::new();
+        // The depth of each item.
+        let mut depths: Vec<u32> = Vec::new();
         loop {
             let c = self.peek(self.pos);
             let start = self.pos;
@@ -265,6 +291,7 @@ impl Parser<'_> {
                     }
                     self.pos = self.space(self.pos + 1, nested);
                     items.push(Expr::Literal(bytes));
+                    depths.push(1);
                 }
                 b'[' => {
                     self.pos += 1;
@@ -313,6 +340,7 @@ impl Parser<'_> {
                     }
                     self.pos = self.space(self.pos + 1, nested);
                     items.push(Expr::Class { ranges, negated });
+                    depths.push(1);
                 }
                 b'(' => {
                     self.nesting += 1;
@@ -325,7 +353,7 @@ impl Parser<'_> {
                         ));
                     }
                     self.pos = self.space(self.pos + 1, true);
-                    let inner = self.alternates(true)?;
+                    let (inner, depth) = self.alternates(true)?;
                     if self.peek(self.pos) != b')' {
                         return Err(GrammarError::at(
                             start,
@@ -338,10 +366,12 @@ impl Parser<'_> {
                     self.nesting -= 1;
                     self.pos = self.space(self.pos + 1, nested);
                     items.push(inner);
+                    depths.push(depth);
                 }
                 b'.' => {
                     self.pos = self.space(self.pos + 1, nested);
                     items.push(Expr::Any);
+                    depths.push(1);
                 }
                 b'*' | b'+' | b'?' | b'{' => {
                     let (min, max) = if c == b'{' {
@@ -360,6 +390,8 @@ impl Parser<'_> {
                             format!("`{}` repeats nothing: put an item before it", c as char),
                         )
                     })?;
+                    let depth = depths.pop().expect("one depth per item");
+                    depths.push(self.deeper(depth, start)?);
                     items.push(Expr::Repeat {
                         expr: Box::new(last),
                         min,
@@ -379,14 +411,16 @@ impl Parser<'_> {
                     let id = self.id(&name, at);
                     self.pos = self.space(self.pos, nested);
                     items.push(Expr::Ref(id));
+                    depths.push(1);
                 }
                 _ => break,
             }
         }
+        let depth = depths.iter().copied().max().unwrap_or(0);
         Ok(if items.len() == 1 {
-            items.pop().expect("one")
+            (items.pop().expect("one"), depth)
         } else {
-            Expr::Seq(items)
+            (Expr::Seq(items), self.deeper(depth, seq_start)?)
         })
     }
 

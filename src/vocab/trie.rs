@@ -7,7 +7,7 @@
 
 use super::{TokenId, TokenKind};
 use crate::error::{Error, Result};
-use crate::limits::RUN_TOKENS_CACHE_BYTES;
+use crate::limits::{RUN_SEARCH_WORK, RUN_TOKENS_CACHE_BYTES};
 use crate::mask::set_bit;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -178,12 +178,26 @@ impl GroupSuccessors {
     }
 }
 
-/// The successors [`Trie::run`] computed, by state, for later calls on the same automaton.
-#[derive(Debug, Default)]
+/// The successors [`Trie::run`] computed, by state, for later calls on the same automaton,
+/// and what its loop searches may still do.
+#[derive(Debug)]
 pub(crate) struct RunMemo {
     successors: HashMap<u32, std::rc::Rc<GroupSuccessors>>,
     /// States a loop search passed [`Trie::LOOP_STATES`] from: no search starts there.
     crowded: HashSet<u32>,
+    /// Successor pairs the loop searches may still examine ([`RUN_SEARCH_WORK`] to start
+    /// with); once spent, no search starts and each state keeps its chain run.
+    search_left: u64,
+}
+
+impl Default for RunMemo {
+    fn default() -> Self {
+        RunMemo {
+            successors: HashMap::new(),
+            crowded: HashSet::new(),
+            search_left: RUN_SEARCH_WORK,
+        }
+    }
 }
 
 impl Trie {
@@ -637,7 +651,14 @@ impl Trie {
         let own = chain
             .pop()
             .map_or(tail, |(_, groups)| tail.after_one(groups));
-        let r = Self::better_by_loop(t, own, &mut succs, &mut store, &mut memo.crowded);
+        let r = Self::better_by_loop(
+            t,
+            own,
+            &mut succs,
+            &mut store,
+            &mut memo.crowded,
+            &mut memo.search_left,
+        );
         store(t, r);
         r
     }
@@ -656,8 +677,9 @@ impl Trie {
         succs: &mut impl FnMut(u32) -> std::rc::Rc<GroupSuccessors>,
         store: &mut impl FnMut(u32, Run),
         crowded: &mut HashSet<u32>,
+        search_left: &mut u64,
     ) -> Run {
-        if crowded.contains(&t) {
+        if crowded.contains(&t) || *search_left == 0 {
             return chained;
         }
         let live = succs(t).live;
@@ -665,7 +687,7 @@ impl Trie {
         if live & Self::COMMON_GROUPS & !chained.groups == 0 {
             return chained;
         }
-        let (groups, reached) = match Self::loop_groups(t, live, succs) {
+        let (groups, reached) = match Self::loop_groups(t, live, succs, search_left) {
             Ok(found) => found,
             Err(crowd) => {
                 // A search from one of these would likely meet as many states again.
@@ -697,11 +719,14 @@ impl Trie {
     /// from `t` over characters of `G` takes all of `G`: start from `live`, and whenever
     /// the search meets a state that dies on some group of `G`, drop the group of the
     /// character that led there and search again. `G` and the states reached, or the
-    /// states reached when they pass [`Trie::LOOP_STATES`] (none when no group is left).
+    /// states reached when they pass [`Trie::LOOP_STATES`] (none when no group is left or
+    /// `search_left`, charged one unit per successor pair examined, runs out: each restart
+    /// searches again, so a search is up to 64 times [`Trie::LOOP_STATES`] states).
     fn loop_groups(
         t: u32,
         live: u64,
         succs: &mut impl FnMut(u32) -> std::rc::Rc<GroupSuccessors>,
+        search_left: &mut u64,
     ) -> Result<(u64, Vec<u32>), Vec<u32>> {
         let mut groups = live;
         'search: while groups != 0 {
@@ -712,6 +737,12 @@ impl Trie {
                 let u = queue[k];
                 k += 1;
                 let from = succs(u);
+                let cost = from.pairs.len() as u64 + 1;
+                if *search_left < cost {
+                    *search_left = 0;
+                    return Err(Vec::new());
+                }
+                *search_left -= cost;
                 for &(g, v) in &from.pairs {
                     let bit = 1u64 << g;
                     if groups & bit == 0 || seen.contains(&v) {

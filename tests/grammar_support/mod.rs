@@ -27,7 +27,7 @@ pub fn grammar_text(file: &str) -> String {
 }
 
 #[path = "../common/mod.rs"]
-mod common;
+pub mod common;
 /// The seeded generator every integration test shares.
 pub use common::Rng;
 
