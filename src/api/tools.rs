@@ -519,12 +519,20 @@ impl Codec {
 }
 
 /// `names` for error messages: `a, b, c`.
+/// The tools' names for a message: the first 8, then how many more (a forced call may name
+/// all 128 of a request's tools, ~1 KiB of names).
 fn tool_list(tools: &[&Tool]) -> String {
-    tools
+    const SHOWN: usize = 8;
+    let mut names = tools
         .iter()
+        .take(SHOWN)
         .map(|t| format!("`{}`", t.name))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    if tools.len() > SHOWN {
+        names.push_str(&format!(" and {} more", tools.len() - SHOWN));
+    }
+    names
 }
 
 /// A GBNF string literal of ASCII text.
