@@ -8,7 +8,7 @@
 //! most [`MAX_CHOICE_BYTES`] in all.
 
 use crate::error::{Error, Result};
-use crate::limits::{MAX_CHOICES, MAX_CHOICE_BYTES};
+use crate::limits::{Limits, MAX_CHOICES, MAX_CHOICE_BYTES};
 use crate::regex::{quote, Dfa};
 use serde_json::Value;
 
@@ -95,6 +95,12 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
 /// assert!(dfa.matches(b"no") && dfa.matches(b"none") && !dfa.matches(b"non"));
 /// ```
 pub fn compile(choices: &[String]) -> Result<Dfa> {
+    compile_with(choices, &Limits::DEFAULT)
+}
+
+/// [`compile`] with the automaton bounded by `limits` ([`Limits::automaton_bytes`],
+/// [`Limits::determinize_bytes`]).
+pub fn compile_with(choices: &[String], limits: &Limits) -> Result<Dfa> {
     if choices.is_empty() {
         return Err(
             Error::invalid_input("guided_choice must list at least one string, got []")
@@ -116,7 +122,7 @@ pub fn compile(choices: &[String]) -> Result<Dfa> {
     }
     pattern.push(')');
     let shown = serde_json::to_string(choices).expect("strings serialize");
-    Dfa::build(&pattern, "guided_choice", &quote(&shown))
+    Dfa::build(&pattern, "guided_choice", &quote(&shown), limits)
 }
 
 #[cfg(test)]

@@ -210,8 +210,8 @@ impl Spec {
     /// [`Spec::compile`] under `limits` (tightened per deployment: `poot serve --limits`).
     pub fn compile_with(&self, limits: &Limits) -> Result<Compiled> {
         match self {
-            Spec::Choice(choices) => choice::compile(choices).map(Compiled::Dfa),
-            Spec::Regex(pattern) => Dfa::new_within(pattern, limits.regex_bytes).map(Compiled::Dfa),
+            Spec::Choice(choices) => choice::compile_with(choices, limits).map(Compiled::Dfa),
+            Spec::Regex(pattern) => Dfa::new_with(pattern, limits).map(Compiled::Dfa),
             Spec::Json { schema, field } => {
                 JsonSchema::compile_with(schema, field, limits).map(JsonSchema::into_automaton)
             }

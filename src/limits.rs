@@ -13,8 +13,8 @@ use crate::error::{Error, Result};
 /// does. Each field is checked while the work is done, so a request past it stops with a
 /// `limit_exceeded` 400 naming the field and the bound.
 ///
-/// Today these are the text sizes checked when a request is read and the JSON Schema
-/// compiler's budgets; the automaton and grammar-engine bounds are still the constants.
+/// Today these are the text sizes checked when a request is read, the JSON Schema compiler's
+/// budgets and the DFA's bounds; the grammar engine's bounds are still the constants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// `guided_regex` text, in bytes. Default [`MAX_REGEX_BYTES`] (4,096). Costs parse time
@@ -37,6 +37,12 @@ pub struct Limits {
     /// Ordered `oneOf` branch pairs checked for overlap. Default [`MAX_ONE_OF_PAIRS`]
     /// (65,536, ~0.2 s).
     pub one_of_pairs: usize,
+    /// A DFA's table (and its NFA) for `guided_regex`, `guided_choice` and `guided_json`, in
+    /// bytes. Default [`AUTOMATON_BYTES`] (256 KiB): the memory a constraint keeps.
+    pub automaton_bytes: usize,
+    /// Work while determinizing a regex, in bytes of state sets made. Default
+    /// [`DETERMINIZE_BYTES`] (1 MiB, ~10 ms).
+    pub determinize_bytes: usize,
 }
 
 impl Default for Limits {
@@ -55,6 +61,8 @@ impl Limits {
         schema_judge_work: MAX_SCHEMA_JUDGE_WORK,
         schema_depth: MAX_SCHEMA_DEPTH,
         one_of_pairs: MAX_ONE_OF_PAIRS,
+        automaton_bytes: AUTOMATON_BYTES,
+        determinize_bytes: DETERMINIZE_BYTES,
     };
 
     /// The defaults tightened by `overrides` given as JSON text ([`Limits::tightened`]), as
@@ -99,7 +107,7 @@ impl Limits {
     }
 
     /// The field names [`Limits::tightened`] reads.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 9] = [
         "regex_bytes",
         "grammar_bytes",
         "schema_bytes",
@@ -107,6 +115,8 @@ impl Limits {
         "schema_judge_work",
         "schema_depth",
         "one_of_pairs",
+        "automaton_bytes",
+        "determinize_bytes",
     ];
 
     fn get(&self, name: &str) -> u64 {
@@ -117,6 +127,8 @@ impl Limits {
             "schema_expansion" => self.schema_expansion as u64,
             "schema_judge_work" => self.schema_judge_work,
             "schema_depth" => self.schema_depth as u64,
+            "automaton_bytes" => self.automaton_bytes as u64,
+            "determinize_bytes" => self.determinize_bytes as u64,
             _ => self.one_of_pairs as u64,
         }
     }
@@ -131,6 +143,8 @@ impl Limits {
             "schema_expansion" => self.schema_expansion = n_usize,
             "schema_judge_work" => self.schema_judge_work = n,
             "schema_depth" => self.schema_depth = n_usize,
+            "automaton_bytes" => self.automaton_bytes = n_usize,
+            "determinize_bytes" => self.determinize_bytes = n_usize,
             _ => self.one_of_pairs = n_usize,
         }
     }

@@ -249,16 +249,46 @@ fn tightened_limits_apply_where_they_name_and_cannot_be_raised() {
             json!({"guided_grammar": "root ::= \"ab\""}),
             "5-byte",
         ),
+        // The DFA's bounds, for each kind that builds one (a `guided_json` schema whose DFA
+        // passes it moves to the grammar engine, as under the default bound; checked below).
+        (
+            json!({"automaton_bytes": 4096}),
+            json!({"guided_regex": "(a|b)*a(a|b){8}"}),
+            "4096-byte automaton limit",
+        ),
+        (
+            json!({"automaton_bytes": 2048}),
+            json!({"guided_choice": (0..200).map(|i| format!("choice number {i}")).collect::<Vec<_>>()}),
+            "2048-byte automaton limit",
+        ),
+        (
+            json!({"determinize_bytes": 1024}),
+            json!({"guided_regex": "(a|b)*a(a|b){8}"}),
+            "1024-byte determinization limit",
+        ),
     ];
     for (overrides, body, says) in cases {
         let message = refused(&tight(overrides.clone()), body);
         assert!(message.contains(says), "{overrides}: {message}");
     }
+    let small_dfa = tight(json!({"automaton_bytes": 4096}));
+    let schema = json!({"guided_json": {"type": "string", "pattern": "^(a|b)*a(a|b){8}$"}});
+    let spec = Spec::from_request_with(&schema, &small_dfa)
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        spec.compile_with(&small_dfa).unwrap(),
+        poot::constraint::Compiled::Grammar(_)
+    ));
+    assert!(matches!(
+        spec.compile().unwrap(),
+        poot::constraint::Compiled::Dfa(_)
+    ));
     for bad in [
         json!({"schema_bytes": poot::limits::MAX_SCHEMA_BYTES + 1}),
         json!({"schema_bytes": 0}),
         json!({"schema_bytes": "100"}),
-        json!({"automaton_bytes": 10}),
+        json!({"automaton_kilobytes": 10}),
         json!([1]),
     ] {
         let err = Limits::DEFAULT.tightened(&bad).unwrap_err();

@@ -119,6 +119,10 @@ export interface Limits {
   schema_depth?: number;
   /** `oneOf` branch pairs checked for overlap (default 65,536). */
   one_of_pairs?: number;
+  /** A DFA's table for `guided_regex`, `guided_choice`, `guided_json`, bytes (default 262,144); a schema past it moves to the grammar engine. */
+  automaton_bytes?: number;
+  /** Work while determinizing a regex, bytes of state sets (default 1,048,576). */
+  determinize_bytes?: number;
 }
 
 /** Options of a `create` call (OpenAI's clients pass `signal` the same way). */

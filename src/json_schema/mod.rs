@@ -187,7 +187,7 @@ impl JsonSchema {
             let node = c.schema(schema).map_err(|e| e.into_error(field, &shown))?;
             let free_form = c.any_cache.iter().any(Option::is_some);
             let free_form_depth = free_form.then_some(depth);
-            match Self::build_dfa(&node, field, &shown) {
+            match Self::build_dfa(&node, field, &shown, limits) {
                 Ok((regex, dfa)) => {
                     return Ok(JsonSchema {
                         node,
@@ -275,6 +275,7 @@ impl JsonSchema {
         node: &Node,
         field: &str,
         shown: &str,
+        limits: &Limits,
     ) -> std::result::Result<(String, Dfa), (Option<String>, Error)> {
         if *node == Node::Nothing {
             return Err((
@@ -293,15 +294,16 @@ impl JsonSchema {
             (None, e)
         })?;
         let dfa = node
-            .to_nfa(AUTOMATON_BYTES)
+            .to_nfa(limits.automaton_bytes)
             .map_err(|e| {
                 Error::limit_exceeded(format!(
-                    "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit"
+                    "{field} {shown} needs more than the {}-byte automaton limit",
+                    limits.automaton_bytes
                 ))
                 .with_param(field)
                 .with_source(e)
             })
-            .and_then(|nfa| Dfa::from_nfa(&nfa, field, shown));
+            .and_then(|nfa| Dfa::from_nfa(&nfa, field, shown, limits));
         match dfa {
             Ok(dfa) => Ok((regex, dfa)),
             Err(e) if e.is_limit_exceeded() => Err((Some(regex), e)),

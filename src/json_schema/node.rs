@@ -1287,7 +1287,7 @@ mod tests {
 
     fn dfa(n: &Node) -> crate::regex::Dfa {
         let nfa = n.to_nfa(1 << 20).unwrap();
-        crate::regex::Dfa::from_nfa(&nfa, "test", "`t`").unwrap()
+        crate::regex::Dfa::from_nfa(&nfa, "test", "`t`", &crate::limits::Limits::DEFAULT).unwrap()
     }
 
     #[test]

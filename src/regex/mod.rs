@@ -22,9 +22,7 @@ mod determinize;
 #[cfg(test)]
 mod oracle_tests;
 
-use crate::limits::{
-    AUTOMATON_BYTES, DETERMINIZE_BYTES, ERROR_QUOTE_CHARS, MAX_REGEX_BYTES, MAX_REGEX_NESTING,
-};
+use crate::limits::{Limits, ERROR_QUOTE_CHARS, MAX_REGEX_NESTING};
 use regex_automata::dfa::{dense, Automaton};
 use regex_automata::nfa::thompson;
 use regex_automata::util::start;
@@ -95,12 +93,14 @@ pub(crate) fn quote(text: &str) -> String {
 impl Dfa {
     /// Compiles a `guided_regex` pattern; errors name the field `guided_regex`.
     pub fn new(pattern: &str) -> Result<Self> {
-        Self::new_within(pattern, MAX_REGEX_BYTES)
+        Self::new_with(pattern, &Limits::DEFAULT)
     }
 
-    /// [`Dfa::new`] with the pattern's length bounded by `max_bytes` (a deployment's
-    /// [`Limits::regex_bytes`](crate::limits::Limits::regex_bytes)).
-    pub fn new_within(pattern: &str, max_bytes: usize) -> Result<Self> {
+    /// [`Dfa::new`] under a deployment's `limits`: the pattern's length
+    /// ([`Limits::regex_bytes`]) and the automaton's ([`Limits::automaton_bytes`],
+    /// [`Limits::determinize_bytes`]).
+    pub fn new_with(pattern: &str, limits: &Limits) -> Result<Self> {
+        let max_bytes = limits.regex_bytes;
         if pattern.len() > max_bytes {
             return Err(Error::limit_exceeded(format!(
                 "guided_regex {} is {} bytes, over the {max_bytes}-byte limit",
@@ -109,21 +109,26 @@ impl Dfa {
             ))
             .with_param("guided_regex"));
         }
-        Self::build(pattern, "guided_regex", &quote(pattern))
+        Self::build(pattern, "guided_regex", &quote(pattern), limits)
     }
 
     /// Compiles `pattern` for the request field `field`, naming the input as `shown`.
-    pub(crate) fn build(pattern: &str, field: &str, shown: &str) -> Result<Self> {
-        let nfa = Self::nfa(pattern, field, shown)?;
-        Self::from_nfa(&nfa, field, shown)
+    pub(crate) fn build(pattern: &str, field: &str, shown: &str, limits: &Limits) -> Result<Self> {
+        let nfa = Self::nfa(pattern, field, shown, limits.automaton_bytes)?;
+        Self::from_nfa(&nfa, field, shown, limits)
     }
 
     /// Parses `pattern` and builds its Thompson NFA under the nesting and size bounds.
-    fn nfa(pattern: &str, field: &str, shown: &str) -> Result<thompson::NFA> {
+    fn nfa(
+        pattern: &str,
+        field: &str,
+        shown: &str,
+        automaton_bytes: usize,
+    ) -> Result<thompson::NFA> {
         let err_param = |e: Error| e.with_param(field);
         let too_big = || {
             err_param(Error::limit_exceeded(format!(
-                "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit"
+                "{field} {shown} needs more than the {automaton_bytes}-byte automaton limit"
             )))
         };
         let hir = regex_syntax::ParserBuilder::new()
@@ -134,7 +139,7 @@ impl Dfa {
         thompson::Compiler::new()
             .configure(
                 thompson::Config::new()
-                    .nfa_size_limit(Some(AUTOMATON_BYTES))
+                    .nfa_size_limit(Some(automaton_bytes))
                     .which_captures(thompson::WhichCaptures::None)
                     .shrink(false),
             )
@@ -157,39 +162,50 @@ impl Dfa {
     /// NFAs without look-around go through our own subset construction ([`determinize`]);
     /// those with `^`, `$` or ASCII `\b` keep regex-automata's dense determinizer, which
     /// tracks the look-behind context those need.
-    pub(crate) fn from_nfa(nfa: &thompson::NFA, field: &str, shown: &str) -> Result<Self> {
+    pub(crate) fn from_nfa(
+        nfa: &thompson::NFA,
+        field: &str,
+        shown: &str,
+        limits: &Limits,
+    ) -> Result<Self> {
+        let automaton_bytes = limits.automaton_bytes;
         if !nfa.look_set_any().is_empty() {
-            return Self::from_nfa_dense(nfa, field, shown);
+            return Self::from_nfa_dense(nfa, field, shown, automaton_bytes);
         }
         let err_param = |e: Error| e.with_param(field);
-        let table = determinize::determinize(nfa, AUTOMATON_BYTES, DETERMINIZE_BYTES).map_err(
-            |refusal| {
+        let table = determinize::determinize(nfa, automaton_bytes, limits.determinize_bytes)
+            .map_err(|refusal| {
                 let msg = match refusal {
                     determinize::Refusal::Table { .. } => format!(
-                        "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit"
+                        "{field} {shown} needs more than the {automaton_bytes}-byte automaton limit"
                     ),
                     determinize::Refusal::Work { .. } => format!(
-                        "{field} {shown} needs more than the {DETERMINIZE_BYTES}-byte \
-                         determinization limit"
+                        "{field} {shown} needs more than the {}-byte determinization limit",
+                        limits.determinize_bytes
                     ),
                 };
                 err_param(Error::limit_exceeded(msg).with_source(refusal))
-            },
-        )?;
+            })?;
         Self::checked(
             Self::compact(table.classes, table.stride, table.trans, table.accepting),
             field,
             shown,
+            automaton_bytes,
         )
     }
 
     /// The previous path, regex-automata's dense determinizer: used for NFAs with look-around
     /// and, in tests, as the oracle for [`determinize`].
-    fn from_nfa_dense(nfa: &thompson::NFA, field: &str, shown: &str) -> Result<Self> {
+    fn from_nfa_dense(
+        nfa: &thompson::NFA,
+        field: &str,
+        shown: &str,
+        automaton_bytes: usize,
+    ) -> Result<Self> {
         let err_param = |e: Error| e.with_param(field);
         let too_big = || {
             err_param(Error::limit_exceeded(format!(
-                "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit"
+                "{field} {shown} needs more than the {automaton_bytes}-byte automaton limit"
             )))
         };
         let dfa = dense::Builder::new()
@@ -200,8 +216,8 @@ impl Dfa {
                     .accelerate(false)
                     .minimize(false)
                     .specialize_start_states(false)
-                    .dfa_size_limit(Some(AUTOMATON_BYTES))
-                    .determinize_size_limit(Some(AUTOMATON_BYTES)),
+                    .dfa_size_limit(Some(automaton_bytes))
+                    .determinize_size_limit(Some(automaton_bytes)),
             )
             .build_from_nfa(nfa)
             .map_err(|e| {
@@ -215,7 +231,7 @@ impl Dfa {
                     .with_source(e)
                 }
             })?;
-        Self::checked(Self::from_dense(&dfa), field, shown)
+        Self::checked(Self::from_dense(&dfa), field, shown, automaton_bytes)
     }
 
     /// Turns a compaction result into the caller's error, and applies the table bound.
@@ -223,12 +239,13 @@ impl Dfa {
         compact: std::result::Result<Self, String>,
         field: &str,
         shown: &str,
+        automaton_bytes: usize,
     ) -> Result<Self> {
         let compact = compact
             .map_err(|e| Error::invalid_input(format!("{field} {shown} {e}")).with_param(field))?;
-        if compact.trans.len() * 4 > AUTOMATON_BYTES {
+        if compact.trans.len() * 4 > automaton_bytes {
             return Err(Error::limit_exceeded(format!(
-                "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit"
+                "{field} {shown} needs more than the {automaton_bytes}-byte automaton limit"
             ))
             .with_param(field));
         }

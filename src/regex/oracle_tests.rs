@@ -1,12 +1,14 @@
 //! Our determinizer against regex-automata's dense one on the same NFAs.
 
 use super::*;
+use crate::limits::{AUTOMATON_BYTES, DETERMINIZE_BYTES};
 use crate::sampling::splitmix64;
 use std::collections::HashSet;
 use std::time::Instant;
 
 fn nfa_of(pattern: &str) -> thompson::NFA {
-    Dfa::nfa(pattern, "guided_regex", "`p`").unwrap_or_else(|e| panic!("{pattern}: {e}"))
+    Dfa::nfa(pattern, "guided_regex", "`p`", AUTOMATON_BYTES)
+        .unwrap_or_else(|e| panic!("{pattern}: {e}"))
 }
 
 /// Walks both automata in lockstep over every byte from their starts, so every string (not
@@ -78,8 +80,8 @@ fn assert_same_on_strings(
 fn check(pattern: &str) -> bool {
     let nfa = nfa_of(pattern);
     assert!(nfa.look_set_any().is_empty(), "{pattern} has look-around");
-    let ours = Dfa::from_nfa(&nfa, "guided_regex", &quote(pattern));
-    let theirs = Dfa::from_nfa_dense(&nfa, "guided_regex", &quote(pattern));
+    let ours = Dfa::from_nfa(&nfa, "guided_regex", &quote(pattern), &Limits::DEFAULT);
+    let theirs = Dfa::from_nfa_dense(&nfa, "guided_regex", &quote(pattern), AUTOMATON_BYTES);
     match (ours, theirs) {
         (Ok(ours), Ok(theirs)) => {
             assert!(
@@ -289,9 +291,10 @@ fn compile_times() {
     );
     for (name, pattern) in rows {
         let nfa = nfa_of(&pattern);
-        let (ours_ms, ours_ok) = median(&|| Dfa::from_nfa(&nfa, "guided_regex", "`p`").is_ok());
+        let (ours_ms, ours_ok) =
+            median(&|| Dfa::from_nfa(&nfa, "guided_regex", "`p`", &Limits::DEFAULT).is_ok());
         let (dense_ms, dense_ok) =
-            median(&|| Dfa::from_nfa_dense(&nfa, "guided_regex", "`p`").is_ok());
+            median(&|| Dfa::from_nfa_dense(&nfa, "guided_regex", "`p`", AUTOMATON_BYTES).is_ok());
         let states = |d: Result<Dfa>| d.map_or(0, |d| d.state_count());
         let (raw, work) = if nfa.look_set_any().is_empty() {
             determinize::determinize(&nfa, usize::MAX, usize::MAX)
@@ -305,8 +308,8 @@ fn compile_times() {
             "{name}\t{ours_ms:.3}\t{dense_ms:.3}\t{new_ms:.3}\t{}\t{}\t{}\t{}\t{raw}, {work}",
             if ours_ok { "ok" } else { "refused" },
             if dense_ok { "ok" } else { "refused" },
-            states(Dfa::from_nfa(&nfa, "f", "`p`")),
-            states(Dfa::from_nfa_dense(&nfa, "f", "`p`")),
+            states(Dfa::from_nfa(&nfa, "f", "`p`", &Limits::DEFAULT)),
+            states(Dfa::from_nfa_dense(&nfa, "f", "`p`", AUTOMATON_BYTES)),
         );
     }
 }
@@ -331,7 +334,7 @@ fn schema_automata_match_the_dense_determinizer_on_their_regex() {
         let compiled = crate::json_schema::JsonSchema::compile(&schema, "guided_json")
             .unwrap_or_else(|e| panic!("{text}: {e}"));
         let nfa = nfa_of(compiled.regex());
-        let Ok(theirs) = Dfa::from_nfa_dense(&nfa, "guided_json", "`s`") else {
+        let Ok(theirs) = Dfa::from_nfa_dense(&nfa, "guided_json", "`s`", AUTOMATON_BYTES) else {
             continue;
         };
         assert_equivalent(
