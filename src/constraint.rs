@@ -215,9 +215,7 @@ impl Spec {
             Spec::Json { schema, field } => {
                 JsonSchema::compile_with(schema, field, limits).map(JsonSchema::into_automaton)
             }
-            Spec::Grammar(text) => {
-                Grammar::new_within(text, limits.grammar_bytes).map(Compiled::Grammar)
-            }
+            Spec::Grammar(text) => Grammar::new_with(text, limits).map(Compiled::Grammar),
             Spec::JsonObject => Ok(Compiled::JsonValue),
         }
     }

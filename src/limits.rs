@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 /// `limit_exceeded` 400 naming the field and the bound.
 ///
 /// Today these are the text sizes checked when a request is read, the JSON Schema compiler's
-/// budgets and the DFA's bounds; the grammar engine's bounds are still the constants.
+/// budgets, the DFA's bounds and the grammar compiler's; the grammar engine's per-step work
+/// and the `guided_choice` bounds are still the constants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// `guided_regex` text, in bytes. Default [`MAX_REGEX_BYTES`] (4,096). Costs parse time
@@ -43,6 +44,23 @@ pub struct Limits {
     /// Work while determinizing a regex, in bytes of state sets made. Default
     /// [`DETERMINIZE_BYTES`] (1 MiB, ~10 ms).
     pub determinize_bytes: usize,
+    /// The grammar engine's automaton (`guided_grammar`, a schema past the DFA bound, a forced
+    /// tool call), in bytes. Default [`GRAMMAR_AUTOMATON_BYTES`] (1 MiB).
+    pub grammar_automaton_bytes: usize,
+    /// Determinization work over all of a grammar's attempts, in units (edges scanned, states
+    /// visited). Default [`GRAMMAR_DETERMINIZE_WORK`] (48 M, ~0.3 s).
+    pub grammar_determinize_work: u64,
+    /// Minimization work, in table entries read; past it the automaton is kept unminimized.
+    /// Default [`GRAMMAR_MINIMIZE_WORK`] (32 M).
+    pub grammar_minimize_work: usize,
+    /// Most repetitions of a grammar item that can match the empty string. Default
+    /// [`MAX_GRAMMAR_REPETITION`] (1,000).
+    pub grammar_repetition: u32,
+    /// Parentheses nesting in a grammar. Default [`MAX_GRAMMAR_NESTING`] (128).
+    pub grammar_nesting: u32,
+    /// Levels of a grammar's syntax tree (groups, alternatives, repetitions). Default
+    /// [`MAX_GRAMMAR_DEPTH`] (512; ~300 bytes of stack each).
+    pub grammar_depth: u32,
 }
 
 impl Default for Limits {
@@ -63,6 +81,12 @@ impl Limits {
         one_of_pairs: MAX_ONE_OF_PAIRS,
         automaton_bytes: AUTOMATON_BYTES,
         determinize_bytes: DETERMINIZE_BYTES,
+        grammar_automaton_bytes: GRAMMAR_AUTOMATON_BYTES,
+        grammar_determinize_work: GRAMMAR_DETERMINIZE_WORK,
+        grammar_minimize_work: GRAMMAR_MINIMIZE_WORK,
+        grammar_repetition: MAX_GRAMMAR_REPETITION,
+        grammar_nesting: MAX_GRAMMAR_NESTING,
+        grammar_depth: MAX_GRAMMAR_DEPTH,
     };
 
     /// The defaults tightened by `overrides` given as JSON text ([`Limits::tightened`]), as
@@ -107,7 +131,7 @@ impl Limits {
     }
 
     /// The field names [`Limits::tightened`] reads.
-    pub const NAMES: [&'static str; 9] = [
+    pub const NAMES: [&'static str; 15] = [
         "regex_bytes",
         "grammar_bytes",
         "schema_bytes",
@@ -117,6 +141,12 @@ impl Limits {
         "one_of_pairs",
         "automaton_bytes",
         "determinize_bytes",
+        "grammar_automaton_bytes",
+        "grammar_determinize_work",
+        "grammar_minimize_work",
+        "grammar_repetition",
+        "grammar_nesting",
+        "grammar_depth",
     ];
 
     fn get(&self, name: &str) -> u64 {
@@ -129,6 +159,12 @@ impl Limits {
             "schema_depth" => self.schema_depth as u64,
             "automaton_bytes" => self.automaton_bytes as u64,
             "determinize_bytes" => self.determinize_bytes as u64,
+            "grammar_automaton_bytes" => self.grammar_automaton_bytes as u64,
+            "grammar_determinize_work" => self.grammar_determinize_work,
+            "grammar_minimize_work" => self.grammar_minimize_work as u64,
+            "grammar_repetition" => u64::from(self.grammar_repetition),
+            "grammar_nesting" => u64::from(self.grammar_nesting),
+            "grammar_depth" => u64::from(self.grammar_depth),
             _ => self.one_of_pairs as u64,
         }
     }
@@ -145,6 +181,12 @@ impl Limits {
             "schema_depth" => self.schema_depth = n_usize,
             "automaton_bytes" => self.automaton_bytes = n_usize,
             "determinize_bytes" => self.determinize_bytes = n_usize,
+            "grammar_automaton_bytes" => self.grammar_automaton_bytes = n_usize,
+            "grammar_determinize_work" => self.grammar_determinize_work = n,
+            "grammar_minimize_work" => self.grammar_minimize_work = n_usize,
+            "grammar_repetition" => self.grammar_repetition = n as u32,
+            "grammar_nesting" => self.grammar_nesting = n as u32,
+            "grammar_depth" => self.grammar_depth = n as u32,
             _ => self.one_of_pairs = n_usize,
         }
     }

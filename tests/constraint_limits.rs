@@ -266,6 +266,32 @@ fn tightened_limits_apply_where_they_name_and_cannot_be_raised() {
             json!({"guided_regex": "(a|b)*a(a|b){8}"}),
             "1024-byte determinization limit",
         ),
+        // The grammar compiler's bounds.
+        (
+            json!({"grammar_nesting": 2}),
+            json!({"guided_grammar": "root ::= (((\"a\")))"}),
+            "nest deeper than the limit of 2",
+        ),
+        (
+            json!({"grammar_depth": 3}),
+            json!({"guided_grammar": "root ::= \"a\"****"}),
+            "deeper than the limit of 3 levels",
+        ),
+        (
+            json!({"grammar_repetition": 5}),
+            json!({"guided_grammar": "root ::= (\"x\"?){0,200}"}),
+            "over the limit of 5",
+        ),
+        (
+            json!({"grammar_automaton_bytes": 4096}),
+            json!({"guided_grammar": format!("root ::= \"{}\" x\nx ::= \"y\"", "abcdefghij".repeat(100))}),
+            "4096-byte automaton limit",
+        ),
+        (
+            json!({"grammar_determinize_work": 10}),
+            json!({"guided_grammar": "root ::= \"ab\" | \"ac\" | x\nx ::= \"ad\" x?"}),
+            "10-unit work limit",
+        ),
     ];
     for (overrides, body, says) in cases {
         let message = refused(&tight(overrides.clone()), body);

@@ -123,6 +123,18 @@ export interface Limits {
   automaton_bytes?: number;
   /** Work while determinizing a regex, bytes of state sets (default 1,048,576). */
   determinize_bytes?: number;
+  /** The grammar engine's automaton (`guided_grammar`, large schemas, forced tool calls), bytes (default 1,048,576). */
+  grammar_automaton_bytes?: number;
+  /** A grammar's determinization work over all attempts, units (default 48,000,000). */
+  grammar_determinize_work?: number;
+  /** A grammar's minimization work, table entries; past it the automaton stays unminimized (default 32,000,000). */
+  grammar_minimize_work?: number;
+  /** Repetitions of a grammar item that can match the empty string (default 1,000). */
+  grammar_repetition?: number;
+  /** Parentheses nesting in a grammar (default 128). */
+  grammar_nesting?: number;
+  /** Levels of a grammar's syntax tree (default 512). */
+  grammar_depth?: number;
 }
 
 /** Options of a `create` call (OpenAI's clients pass `signal` the same way). */

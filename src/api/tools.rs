@@ -433,7 +433,7 @@ impl Codec {
             ))
             .with_param("tools"));
         }
-        if let Err(e) = crate::grammar::Grammar::new_within(&text, limits.grammar_bytes) {
+        if let Err(e) = crate::grammar::Grammar::new_with(&text, limits) {
             let message = format!(
                 "tools: the grammar forcing a call to {} does not compile: {}",
                 tool_list(&chosen),

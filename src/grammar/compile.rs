@@ -17,14 +17,11 @@
 
 use super::parse::{Ast, Expr};
 use super::{BitSet256, Counter, Expansion, Grammar, GrammarError, COUNTER_HORIZON, NONE, SLOW};
-use crate::limits::{
-    GRAMMAR_AUTOMATON_BYTES, GRAMMAR_DETERMINIZE_WORK, GRAMMAR_MINIMIZE_WORK,
-    MAX_GRAMMAR_REPETITION,
-};
+use crate::limits::Limits;
 use regex_syntax::utf8::Utf8Sequences;
 use rustc_hash::FxHashMap as HashMap;
 
-/// Bytes charged per NFA state and per edge against [`GRAMMAR_AUTOMATON_BYTES`].
+/// Bytes charged per NFA state and per edge against [`Limits::grammar_automaton_bytes`].
 const NFA_STATE_BYTES: usize = 32;
 const NFA_EDGE_BYTES: usize = 12;
 
@@ -41,15 +38,17 @@ struct Nfa<'a> {
     /// The rules, and which are inlined at their call sites.
     rules: &'a [super::parse::Rule],
     inline: &'a [bool],
+    /// [`Limits::grammar_automaton_bytes`].
+    max_bytes: usize,
 }
 
-/// The automaton would pass [`GRAMMAR_AUTOMATON_BYTES`].
+/// The automaton would pass [`Limits::grammar_automaton_bytes`].
 struct TooBig;
 
 impl Nfa<'_> {
     fn charge(&mut self, n: usize) -> Result<(), TooBig> {
         self.bytes_used += n;
-        if self.bytes_used > GRAMMAR_AUTOMATON_BYTES {
+        if self.bytes_used > self.max_bytes {
             Err(TooBig)
         } else {
             Ok(())
@@ -218,15 +217,15 @@ fn char_ranges(ranges: &[(u32, u32)], negated: bool) -> Vec<(char, char)> {
     out
 }
 
-fn too_big(rule: &str) -> GrammarError {
+fn too_big(rule: &str, limit: usize) -> GrammarError {
     GrammarError::limit_no_pos(format!(
-        "needs more than the {GRAMMAR_AUTOMATON_BYTES}-byte automaton limit (while compiling rule `{rule}`)"
+        "needs more than the {limit}-byte automaton limit (while compiling rule `{rule}`)"
     ))
 }
 
 /// Compiles a parsed grammar.
-pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
-    let (ast, counted) = with_counters(ast)?;
+pub(super) fn compile(ast: &Ast, limits: &Limits) -> Result<Grammar, GrammarError> {
+    let (ast, counted) = with_counters(ast, limits.grammar_repetition)?;
     let ast = &ast;
     // Inlining copies a rule into every caller; when the copies are what passes the bound (a
     // schema's GBNF with a small rule used in hundreds of places, or blocks of blocks of a
@@ -254,10 +253,10 @@ pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
         if tried.contains(&inline) {
             continue;
         }
-        let attempt = compile_with(ast, &inline, &counted, &mut spent);
+        let attempt = compile_with(ast, &inline, &counted, &mut spent, limits);
         let retry = matches!(&attempt, Err(e) if e.limit)
             && inline.iter().any(|&i| i)
-            && spent <= GRAMMAR_DETERMINIZE_WORK;
+            && spent <= limits.grammar_determinize_work;
         result = Some(attempt);
         if !retry {
             break;
@@ -268,13 +267,16 @@ pub(super) fn compile(ast: &Ast) -> Result<Grammar, GrammarError> {
 }
 
 /// One attempt of [`compile`], with these rules inlined; `spent` is the determinization work
-/// of the attempts so far, bounded by [`GRAMMAR_DETERMINIZE_WORK`] in all.
+/// of the attempts so far, bounded by [`Limits::grammar_determinize_work`] in all.
 fn compile_with(
     ast: &Ast,
     inline: &[bool],
     counted: &[Option<Counted>],
     spent: &mut u64,
+    limits: &Limits,
 ) -> Result<Grammar, GrammarError> {
+    let max_bytes = limits.grammar_automaton_bytes;
+    let too_big = |rule: &str| too_big(rule, max_bytes);
     let before = *spent;
     let n_rules = ast.rules.len();
     let mut nfa = Nfa {
@@ -282,6 +284,7 @@ fn compile_with(
         bytes_used: 0,
         rules: &ast.rules,
         inline,
+        max_bytes,
     };
     let mut nstart = Vec::with_capacity(n_rules);
     let mut nend = Vec::with_capacity(n_rules);
@@ -349,10 +352,11 @@ fn compile_with(
     let mut scanned = 0u64;
     let mut out_of_work = |scanned: u64, seen: &Seen, rule: &str| {
         *spent = before.saturating_add(scanned).saturating_add(seen.visits);
-        if *spent > GRAMMAR_DETERMINIZE_WORK {
+        if *spent > limits.grammar_determinize_work {
             return Err(GrammarError::limit_no_pos(format!(
-                "needs more than the {GRAMMAR_DETERMINIZE_WORK}-unit work limit to \
-                 determinize (while compiling rule `{rule}`)"
+                "needs more than the {}-unit work limit to determinize (while compiling rule \
+                 `{rule}`)",
+                limits.grammar_determinize_work
             )));
         }
         Ok(())
@@ -373,7 +377,7 @@ fn compile_with(
             }
             start.push(counter.phase(0));
             counters.push(counter);
-            if used > GRAMMAR_AUTOMATON_BYTES {
+            if used > max_bytes {
                 return Err(too_big(&ast.rules[r].name));
             }
             continue;
@@ -441,7 +445,7 @@ fn compile_with(
             out_of_work(scanned, &seen, &ast.rules[r].name)?;
             used += stride * 4 + out.len() * 8 + set.len() * 4 + 16;
             calls.push(out);
-            if used > GRAMMAR_AUTOMATON_BYTES {
+            if used > max_bytes {
                 return Err(too_big(&ast.rules[r].name));
             }
             i += 1;
@@ -539,7 +543,14 @@ fn compile_with(
     // Merge equivalent states (subset construction leaves duplicates: a loop's state after
     // its first iteration and after the next ones), so each position's masks are computed
     // once.
-    let class = minimize(&trans, &accepting, &rule_of, &calls, stride);
+    let class = minimize(
+        &trans,
+        &accepting,
+        &rule_of,
+        &calls,
+        stride,
+        limits.grammar_minimize_work,
+    );
     let n_classes = class.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
     let mut rep = vec![usize::MAX; n_classes];
     for (s, &c) in class.iter().enumerate() {
@@ -609,7 +620,7 @@ fn compile_with(
         off += c.len() as u32;
     }
     g.call_off.push(off);
-    build_expansions(&mut g, ast, used)?;
+    build_expansions(&mut g, ast, used, max_bytes)?;
     for s in 0..n {
         let (mut set, mut calls) = (BitSet256::default(), BitSet256::default());
         for b in 0..=255u8 {
@@ -695,6 +706,7 @@ fn minimize(
     rule_of: &[u32],
     calls: &[Vec<(u32, u32)>],
     stride: usize,
+    max_work: usize,
 ) -> Vec<u32> {
     let n = accepting.len();
     // Every state's key in one buffer (`ends[s]` closes state s's): a round of a long chain's
@@ -729,9 +741,9 @@ fn minimize(
     loop {
         // A chain of n states (a long literal, an expanded count) takes n rounds. Past the
         // budget the determinized automaton is kept as it is: every state its own class, the
-        // same language with more states (already within GRAMMAR_AUTOMATON_BYTES).
+        // same language with more states (already within the automaton bound).
         work = work.saturating_add(round);
-        if work > GRAMMAR_MINIMIZE_WORK {
+        if work > max_work {
             return (0..n as u32).collect();
         }
         buf.clear();
@@ -782,9 +794,13 @@ struct Counted {
 
 /// `ast` with every repetition past [`COUNTER_FROM`] of an item that cannot be empty moved
 /// into a rule of its own (and its item into another, unless it is a rule reference), one
-/// [`Counted`] per such rule. A nullable item past [`MAX_GRAMMAR_REPETITION`] is refused: a
-/// count of empty items is not a count, and expanding it is what the limit bounds.
-fn with_counters(ast: &Ast) -> Result<(Ast, Vec<Option<Counted>>), GrammarError> {
+/// [`Counted`] per such rule. A nullable item past `max_repetition`
+/// ([`Limits::grammar_repetition`]) is refused: a count of empty items is not a count, and
+/// expanding it is what the limit bounds.
+fn with_counters(
+    ast: &Ast,
+    max_repetition: u32,
+) -> Result<(Ast, Vec<Option<Counted>>), GrammarError> {
     let mut nullable = vec![false; ast.rules.len()];
     loop {
         let next: Vec<bool> = ast
@@ -801,7 +817,14 @@ fn with_counters(ast: &Ast) -> Result<(Ast, Vec<Option<Counted>>), GrammarError>
     let mut counted = vec![None; ast.rules.len()];
     for r in 0..ast.rules.len() {
         let mut body = std::mem::replace(&mut out.rules[r].body, Expr::Seq(Vec::new()));
-        rewrite_counts(&mut body, r, &mut out, &mut counted, &nullable)?;
+        rewrite_counts(
+            &mut body,
+            r,
+            &mut out,
+            &mut counted,
+            &nullable,
+            max_repetition,
+        )?;
         out.rules[r].body = body;
     }
     Ok((out, counted))
@@ -813,17 +836,18 @@ fn rewrite_counts(
     ast: &mut Ast,
     counted: &mut Vec<Option<Counted>>,
     nullable: &[bool],
+    max_repetition: u32,
 ) -> Result<(), GrammarError> {
     match e {
         Expr::Seq(v) | Expr::Alt(v) => {
             for x in v {
-                rewrite_counts(x, owner, ast, counted, nullable)?;
+                rewrite_counts(x, owner, ast, counted, nullable, max_repetition)?;
             }
         }
         Expr::Repeat { expr, min, max } => {
             // Before the rewrite below, which adds rules `nullable` does not know.
             let empty_item = expr_nullable(expr, nullable);
-            rewrite_counts(expr, owner, ast, counted, nullable)?;
+            rewrite_counts(expr, owner, ast, counted, nullable, max_repetition)?;
             let (min, max) = (*min, *max);
             let most = max.unwrap_or(min);
             if most <= COUNTER_FROM {
@@ -832,14 +856,14 @@ fn rewrite_counts(
             let name = ast.rules[owner].name.clone();
             let at = ast.rules[owner].at;
             if empty_item {
-                if most <= MAX_GRAMMAR_REPETITION {
+                if most <= max_repetition {
                     return Ok(());
                 }
                 return Err(GrammarError::limit(
                     at,
                     format!(
                         "rule `{name}`: repetition count {most} is over the limit of \
-                         {MAX_GRAMMAR_REPETITION} for an item that can match the empty string"
+                         {max_repetition} for an item that can match the empty string"
                     ),
                 ));
             }
@@ -1138,7 +1162,12 @@ fn check_left_recursion(
 /// byte class, the (pushed return states, new top state) pairs that byte leads to through
 /// calls. Calls before the first byte form a DAG (no left recursion), so a memoized
 /// depth-first pass over the call starts terminates.
-fn build_expansions(g: &mut Grammar, ast: &Ast, mut used: usize) -> Result<(), GrammarError> {
+fn build_expansions(
+    g: &mut Grammar,
+    ast: &Ast,
+    mut used: usize,
+    max_bytes: usize,
+) -> Result<(), GrammarError> {
     let n = g.accepting.len();
     // Per state with calls: per class, the list of (pushes, final).
     let mut memo: Vec<Option<Vec<Vec<Expansion>>>> = vec![None; n];
@@ -1147,6 +1176,7 @@ fn build_expansions(g: &mut Grammar, ast: &Ast, mut used: usize) -> Result<(), G
         s: usize,
         memo: &mut Vec<Option<Vec<Vec<Expansion>>>>,
         used: &mut usize,
+        max_bytes: usize,
     ) -> Result<(), ()> {
         if memo[s].is_some() {
             return Ok(());
@@ -1158,7 +1188,7 @@ fn build_expansions(g: &mut Grammar, ast: &Ast, mut used: usize) -> Result<(), G
             let cs = g.call_start[callee as usize] as usize;
             let has_calls = g.call_off[cs] < g.call_off[cs + 1];
             if has_calls {
-                expand(g, cs, memo, used)?;
+                expand(g, cs, memo, used, max_bytes)?;
             }
             for (c, slot) in table.iter_mut().enumerate() {
                 let direct = g.trans[cs * g.stride + c];
@@ -1166,7 +1196,7 @@ fn build_expansions(g: &mut Grammar, ast: &Ast, mut used: usize) -> Result<(), G
                     let e = Expansion { pushes, top };
                     if !slot.contains(&e) {
                         *used += 12 + e.pushes.len() * 4;
-                        if *used > GRAMMAR_AUTOMATON_BYTES {
+                        if *used > max_bytes {
                             return Err(());
                         }
                         slot.push(e);
@@ -1192,8 +1222,8 @@ fn build_expansions(g: &mut Grammar, ast: &Ast, mut used: usize) -> Result<(), G
     }
     for s in 0..n {
         if g.call_off[s] < g.call_off[s + 1] {
-            expand(g, s, &mut memo, &mut used)
-                .map_err(|_| too_big(&ast.rules[g.rule_of[s] as usize].name))?;
+            expand(g, s, &mut memo, &mut used, max_bytes)
+                .map_err(|_| too_big(&ast.rules[g.rule_of[s] as usize].name, max_bytes))?;
         }
     }
     for (s, table) in memo.into_iter().enumerate() {

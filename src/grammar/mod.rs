@@ -59,7 +59,6 @@ pub(crate) use compile::COUNTER_FROM;
 mod parse;
 
 use crate::error::{Error, Result};
-use crate::limits::MAX_GRAMMAR_BYTES;
 
 /// No transition / no entry.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -324,23 +323,27 @@ impl Grammar {
     /// Parses and compiles GBNF text; errors name the field `guided_grammar` and, for syntax,
     /// the line and column.
     pub fn new(text: &str) -> Result<Self> {
-        Self::new_within(text, MAX_GRAMMAR_BYTES)
+        Self::new_with(text, &crate::limits::Limits::DEFAULT)
     }
 
-    /// [`Grammar::new`] with the text bounded by `max_bytes` (a deployment's
-    /// [`Limits::grammar_bytes`](crate::limits::Limits::grammar_bytes)).
-    pub fn new_within(text: &str, max_bytes: usize) -> Result<Self> {
-        crate::limits::check_size("guided_grammar", text.len(), max_bytes)?;
-        let ast = parse::parse(text).map_err(|e| e.into_error(text))?;
-        compile::compile(&ast).map_err(|e| e.into_error(text))
+    /// [`Grammar::new`] under a deployment's `limits`: the text
+    /// ([`Limits::grammar_bytes`](crate::limits::Limits::grammar_bytes)) and the grammar
+    /// compiler's bounds (`grammar_*`).
+    pub fn new_with(text: &str, limits: &crate::limits::Limits) -> Result<Self> {
+        crate::limits::check_size("guided_grammar", text.len(), limits.grammar_bytes)?;
+        let ast = parse::parse(text, limits).map_err(|e| e.into_error(text))?;
+        compile::compile(&ast, limits).map_err(|e| e.into_error(text))
     }
 
     /// Compiles a grammar this crate generated (a JSON Schema's [`gbnf`](crate::json_schema::JsonSchema::gbnf)),
     /// whose text the caller has already bounded; `None` names the reason when it passes
     /// [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES) or fails to compile.
-    pub(crate) fn from_generated(text: &str) -> std::result::Result<Self, String> {
-        let ast = parse::parse(text).map_err(|e| e.message)?;
-        compile::compile(&ast).map_err(|e| e.message)
+    pub(crate) fn from_generated(
+        text: &str,
+        limits: &crate::limits::Limits,
+    ) -> std::result::Result<Self, String> {
+        let ast = parse::parse(text, limits).map_err(|e| e.message)?;
+        compile::compile(&ast, limits).map_err(|e| e.message)
     }
 
     /// Number of DFA states over all rules.

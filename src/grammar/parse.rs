@@ -8,7 +8,7 @@
 //! value, and token references `<...>` (which name model tokens, not text).
 
 use super::GrammarError;
-use crate::limits::{MAX_GRAMMAR_DEPTH, MAX_GRAMMAR_NESTING};
+use crate::limits::Limits;
 use std::collections::HashMap;
 
 /// One item of a rule body.
@@ -55,7 +55,7 @@ pub(crate) struct Ast {
 }
 
 /// Parses GBNF text. Errors carry the byte offset where they were found.
-pub(crate) fn parse(text: &str) -> Result<Ast, GrammarError> {
+pub(crate) fn parse(text: &str, limits: &Limits) -> Result<Ast, GrammarError> {
     let mut p = Parser {
         src: text.as_bytes(),
         pos: 0,
@@ -63,6 +63,8 @@ pub(crate) fn parse(text: &str) -> Result<Ast, GrammarError> {
         rules: Vec::new(),
         first_use: Vec::new(),
         nesting: 0,
+        max_nesting: limits.grammar_nesting,
+        max_depth: limits.grammar_depth,
     };
     p.pos = p.space(0, true);
     while p.pos < p.src.len() {
@@ -94,6 +96,10 @@ struct Parser<'a> {
     /// Where each rule was first mentioned (for "undefined rule").
     first_use: Vec<usize>,
     nesting: u32,
+    /// [`Limits::grammar_nesting`].
+    max_nesting: u32,
+    /// [`Limits::grammar_depth`].
+    max_depth: u32,
 }
 
 fn is_word(c: u8) -> bool {
@@ -246,14 +252,15 @@ impl Parser<'_> {
         })
     }
 
-    /// One level above a tree `depth` deep, within [`MAX_GRAMMAR_DEPTH`].
+    /// One level above a tree `depth` deep, within [`Limits::grammar_depth`].
     fn deeper(&self, depth: u32, at: usize) -> Result<u32, GrammarError> {
-        if depth >= MAX_GRAMMAR_DEPTH {
+        if depth >= self.max_depth {
             return Err(GrammarError::limit(
                 at,
                 format!(
                     "groups, alternatives and repetitions nest deeper than the limit of \
-                     {MAX_GRAMMAR_DEPTH} levels"
+                     {} levels",
+                    self.max_depth
                 ),
             ));
         }
@@ -262,7 +269,7 @@ impl Parser<'_> {
 
     /// A sequence, and the depth of its tree: a leaf is 1, a sequence, an alternation or a
     /// repetition one more than its deepest part. Bounded while it is built
-    /// ([`MAX_GRAMMAR_DEPTH`]): the compiler recurses on the tree, and a run of repetition
+    /// ([`Limits::grammar_depth`]): the compiler recurses on the tree, and a run of repetition
     /// operators (`"a"***...`) nests it without any parentheses.
     fn sequence(&mut self, nested: bool) -> Result<(Expr, u32), GrammarError> {
         let seq_start = self.pos;
@@ -344,11 +351,12 @@ impl Parser<'_> {
                 }
                 b'(' => {
                     self.nesting += 1;
-                    if self.nesting > MAX_GRAMMAR_NESTING {
+                    if self.nesting > self.max_nesting {
                         return Err(GrammarError::limit(
                             start,
                             format!(
-                                "parentheses nest deeper than the limit of {MAX_GRAMMAR_NESTING}"
+                                "parentheses nest deeper than the limit of {}",
+                                self.max_nesting
                             ),
                         ));
                     }
@@ -586,7 +594,7 @@ mod tests {
     use super::*;
 
     fn body(text: &str) -> Expr {
-        let ast = parse(text).unwrap();
+        let ast = parse(text, &Limits::DEFAULT).unwrap();
         ast.rules[ast.root].body.clone()
     }
 
@@ -637,9 +645,11 @@ mod tests {
 
     #[test]
     fn comments_and_empty_alternatives() {
-        let ast =
-            parse("# a comment\nroot ::= \"a\" | # trailing\n  # own line\n  \"\" x\nx ::= \"\"\n")
-                .unwrap();
+        let ast = parse(
+            "# a comment\nroot ::= \"a\" | # trailing\n  # own line\n  \"\" x\nx ::= \"\"\n",
+            &Limits::DEFAULT,
+        )
+        .unwrap();
         assert_eq!(ast.rules.len(), 2);
     }
 }

@@ -209,7 +209,7 @@ impl JsonSchema {
         }
         for (node, regex, free_form_depth) in too_big_for_a_dfa {
             let dfa_error = last_error.take().expect("each attempt leaves its error");
-            match Self::build_grammar(&node, field, &shown, dfa_error) {
+            match Self::build_grammar(&node, field, &shown, dfa_error, limits) {
                 Ok(grammar) => {
                     return Ok(JsonSchema {
                         node,
@@ -317,7 +317,13 @@ impl JsonSchema {
     /// and nested states at once (a schema with a few dozen properties and free-form values
     /// needs thousands of states over 40-90 byte classes), while the grammar keeps one small
     /// DFA per property and nests them on its stack.
-    fn build_grammar(node: &Node, field: &str, shown: &str, dfa_error: Error) -> Result<Grammar> {
+    fn build_grammar(
+        node: &Node,
+        field: &str,
+        shown: &str,
+        dfa_error: Error,
+        limits: &Limits,
+    ) -> Result<Grammar> {
         // The grammar's text is no longer than the regex's (each item once, as a rule), but
         // it is generated, so bound it here too rather than trust that.
         // Counters first: one count is the smallest grammar and the fastest masks. Then
@@ -335,7 +341,7 @@ impl JsonSchema {
             {
                 continue;
             }
-            match Grammar::from_generated(&gbnf) {
+            match Grammar::from_generated(&gbnf, limits) {
                 Ok(grammar) => return Ok(grammar),
                 Err(why) => last = Some((gbnf, why)),
             }
