@@ -4,16 +4,21 @@
 //! there to the same DFA as a `guided_regex` (see [`crate::regex`]), so one engine serves
 //! both. A string that is a prefix of another (`"no"`, `"none"`) keeps both alive.
 //!
-//! A list is bounded before anything is built from it: at most [`MAX_CHOICES`] strings of at
-//! most [`MAX_CHOICE_BYTES`] in all.
+//! A list is bounded before anything is built from it: at most [`MAX_CHOICES`](crate::limits::MAX_CHOICES) strings of at
+//! most [`MAX_CHOICE_BYTES`](crate::limits::MAX_CHOICE_BYTES) in all.
 
 use crate::error::{Error, Result};
-use crate::limits::{Limits, MAX_CHOICES, MAX_CHOICE_BYTES};
+use crate::limits::Limits;
 use crate::regex::{quote, Dfa};
 use serde_json::Value;
 
 /// Reads a request's `guided_choice` value: a non-empty array of strings.
 pub fn parse(value: &Value) -> Result<Vec<String>> {
+    parse_with(value, &Limits::DEFAULT)
+}
+
+/// [`parse`] under a deployment's `limits` ([`Limits::choices`], [`Limits::choice_bytes`]).
+pub fn parse_with(value: &Value, limits: &Limits) -> Result<Vec<String>> {
     let invalid = |m: String| Error::invalid_input(m).with_param("guided_choice");
     let items = value.as_array().ok_or_else(|| {
         invalid(format!(
@@ -26,7 +31,7 @@ pub fn parse(value: &Value) -> Result<Vec<String>> {
             "guided_choice must list at least one string, got []".into(),
         ));
     }
-    check_count(items.len())?;
+    check_count(items.len(), limits.choices)?;
     // The total is checked as the strings are read, before any is copied.
     let mut total = 0usize;
     for (i, v) in items.iter().enumerate() {
@@ -38,7 +43,7 @@ pub fn parse(value: &Value) -> Result<Vec<String>> {
         })?;
         total = total.saturating_add(s.len());
     }
-    check_bytes(total)?;
+    check_bytes(total, limits.choice_bytes)?;
     items
         .iter()
         .enumerate()
@@ -53,21 +58,21 @@ pub fn parse(value: &Value) -> Result<Vec<String>> {
         .collect()
 }
 
-fn check_count(count: usize) -> Result<()> {
-    if count > MAX_CHOICES {
+fn check_count(count: usize, limit: usize) -> Result<()> {
+    if count > limit {
         return Err(Error::limit_exceeded(format!(
-            "guided_choice lists {count} strings, over the limit of {MAX_CHOICES} (MAX_CHOICES)"
+            "guided_choice lists {count} strings, over the limit of {limit} (choices)"
         ))
         .with_param("guided_choice"));
     }
     Ok(())
 }
 
-fn check_bytes(total: usize) -> Result<()> {
-    if total > MAX_CHOICE_BYTES {
+fn check_bytes(total: usize, limit: usize) -> Result<()> {
+    if total > limit {
         return Err(Error::limit_exceeded(format!(
-            "guided_choice strings total {total} bytes, over the limit of {MAX_CHOICE_BYTES} \
-             bytes (MAX_CHOICE_BYTES)"
+            "guided_choice strings total {total} bytes, over the limit of {limit} bytes \
+             (choice_bytes)"
         ))
         .with_param("guided_choice"));
     }
@@ -98,8 +103,8 @@ pub fn compile(choices: &[String]) -> Result<Dfa> {
     compile_with(choices, &Limits::DEFAULT)
 }
 
-/// [`compile`] with the automaton bounded by `limits` ([`Limits::automaton_bytes`],
-/// [`Limits::determinize_bytes`]).
+/// [`compile`] under `limits`: the list ([`Limits::choices`], [`Limits::choice_bytes`]) and
+/// the automaton ([`Limits::automaton_bytes`], [`Limits::determinize_bytes`]).
 pub fn compile_with(choices: &[String], limits: &Limits) -> Result<Dfa> {
     if choices.is_empty() {
         return Err(
@@ -107,11 +112,12 @@ pub fn compile_with(choices: &[String], limits: &Limits) -> Result<Dfa> {
                 .with_param("guided_choice"),
         );
     }
-    check_count(choices.len())?;
+    check_count(choices.len(), limits.choices)?;
     check_bytes(
         choices
             .iter()
             .fold(0usize, |n, c| n.saturating_add(c.len())),
+        limits.choice_bytes,
     )?;
     let mut pattern = String::from("(?:");
     for (i, c) in choices.iter().enumerate() {
@@ -128,6 +134,7 @@ pub fn compile_with(choices: &[String], limits: &Limits) -> Result<Dfa> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::{MAX_CHOICES, MAX_CHOICE_BYTES};
     use serde_json::json;
 
     #[test]
@@ -157,7 +164,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "guided_choice lists {} strings, over the limit of {MAX_CHOICES} (MAX_CHOICES)",
+                "guided_choice lists {} strings, over the limit of {MAX_CHOICES} (choices)",
                 MAX_CHOICES + 1
             )
         );
@@ -165,7 +172,7 @@ mod tests {
         let long = json!(["a".repeat(MAX_CHOICE_BYTES - 1), "bc"]);
         let err = parse(&long).unwrap_err();
         assert!(err.is_limit_exceeded());
-        assert!(err.to_string().contains("MAX_CHOICE_BYTES"), "{err}");
+        assert!(err.to_string().contains("(choice_bytes)"), "{err}");
         let choices: Vec<String> = vec!["x".repeat(MAX_CHOICE_BYTES + 1)];
         assert!(compile(&choices).unwrap_err().is_limit_exceeded());
         // A million strings: refused in microseconds.

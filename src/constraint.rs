@@ -54,7 +54,7 @@ use crate::error::{Error, Result};
 use crate::grammar::{self, Grammar};
 use crate::json_schema::JsonSchema;
 use crate::json_value;
-use crate::limits::{check_size, Limits, MASK_CACHE_BYTES, MAX_GRAMMAR_STEP_WORK};
+use crate::limits::{check_size, Limits, MASK_CACHE_BYTES};
 use crate::mask::{check_mask_len, or_words, set_bit, words_for, TokenMask};
 use crate::regex::{Dfa, DEAD};
 use crate::vocab::{Run, RunMemo, TokenId, Trie, Vocabulary};
@@ -123,7 +123,7 @@ impl Spec {
         })?;
         let field = |k: &str| obj.get(k).filter(|v| !v.is_null());
         if let Some(v) = field("guided_choice") {
-            return Ok(Some(Spec::Choice(choice::parse(v)?)));
+            return Ok(Some(Spec::Choice(choice::parse_with(v, limits)?)));
         }
         if let Some(v) = field("guided_regex") {
             let pattern = v.as_str().ok_or_else(|| {
@@ -524,7 +524,7 @@ impl Matcher {
     /// tokens allowed next. After the end-of-sequence token, no token is allowed.
     ///
     /// A grammar step that needs more than
-    /// [`MAX_GRAMMAR_STEP_WORK`](crate::limits::MAX_GRAMMAR_STEP_WORK) is a `limit_exceeded`
+    /// [`Limits::grammar_step_work`] is a `limit_exceeded`
     /// error that ends the request.
     pub fn fill_mask(&self, out: &mut [u32]) -> Result<()> {
         check_mask_len(out.len(), self.constraint.vocab.len())?;
@@ -597,7 +597,7 @@ impl Matcher {
         match self.check(token) {
             Ok(Verdict::Text(bytes)) => match (&self.constraint.engine, &self.parse) {
                 (Engine::Grammar(index), Parse::Grammar(p)) => {
-                    let mut work = grammar::engine::Work::new(MAX_GRAMMAR_STEP_WORK);
+                    let mut work = grammar::engine::Work::new(index.grammar().step_work);
                     matches!(p.accepts(index.grammar(), bytes, &mut work), Ok(true))
                 }
                 (_, Parse::Json(p)) => p.accepts(bytes),
@@ -611,7 +611,7 @@ impl Matcher {
     /// Advances by `token`. A disallowed token is an error and leaves the matcher unchanged.
     ///
     /// A grammar step that needs more than
-    /// [`MAX_GRAMMAR_STEP_WORK`](crate::limits::MAX_GRAMMAR_STEP_WORK) is a `limit_exceeded`
+    /// [`Limits::grammar_step_work`] is a `limit_exceeded`
     /// error that ends the request.
     pub fn advance(&mut self, token: TokenId) -> Result<()> {
         let next = match self.check(token)? {
@@ -622,10 +622,11 @@ impl Matcher {
                 let bytes = vocab.bytes(token);
                 let alive = match (&self.constraint.engine, &mut self.parse) {
                     (Engine::Grammar(index), Parse::Grammar(p)) => {
-                        let mut work = grammar::engine::Work::new(MAX_GRAMMAR_STEP_WORK);
+                        let grammar = index.grammar();
+                        let mut work = grammar::engine::Work::new(grammar.step_work);
                         let heads = p.heads().len();
-                        p.advance(index.grammar(), bytes, &mut work).map_err(|_| {
-                            grammar::engine::out_of_work("advance by one token", heads)
+                        p.advance(grammar, bytes, &mut work).map_err(|_| {
+                            grammar::engine::out_of_work(grammar, "advance by one token", heads)
                         })?
                     }
                     (_, Parse::Json(p)) => p.advance(bytes),

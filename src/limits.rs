@@ -13,9 +13,10 @@ use crate::error::{Error, Result};
 /// does. Each field is checked while the work is done, so a request past it stops with a
 /// `limit_exceeded` 400 naming the field and the bound.
 ///
-/// Today these are the text sizes checked when a request is read, the JSON Schema compiler's
-/// budgets, the DFA's bounds and the grammar compiler's; the grammar engine's per-step work
-/// and the `guided_choice` bounds are still the constants.
+/// Every per-request bound is here: the text sizes checked when a request is read, the JSON
+/// Schema compiler's budgets, the DFA's and the grammar compiler's bounds, a grammar step's
+/// work and the `guided_choice` list. (Bounds on model files, GGUF, `tokenizer.json` and chat
+/// templates, are per model, and stay constants.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// `guided_regex` text, in bytes. Default [`MAX_REGEX_BYTES`] (4,096). Costs parse time
@@ -61,6 +62,13 @@ pub struct Limits {
     /// Levels of a grammar's syntax tree (groups, alternatives, repetitions). Default
     /// [`MAX_GRAMMAR_DEPTH`] (512; ~300 bytes of stack each).
     pub grammar_depth: u32,
+    /// Work of one grammar step (a mask, an advance), in units. Default
+    /// [`MAX_GRAMMAR_STEP_WORK`] (200,000, ~10 ms).
+    pub grammar_step_work: u64,
+    /// `guided_choice` strings. Default [`MAX_CHOICES`] (1,024).
+    pub choices: usize,
+    /// `guided_choice` strings' total bytes. Default [`MAX_CHOICE_BYTES`] (16 KiB).
+    pub choice_bytes: usize,
 }
 
 impl Default for Limits {
@@ -87,6 +95,9 @@ impl Limits {
         grammar_repetition: MAX_GRAMMAR_REPETITION,
         grammar_nesting: MAX_GRAMMAR_NESTING,
         grammar_depth: MAX_GRAMMAR_DEPTH,
+        grammar_step_work: MAX_GRAMMAR_STEP_WORK,
+        choices: MAX_CHOICES,
+        choice_bytes: MAX_CHOICE_BYTES,
     };
 
     /// The defaults tightened by `overrides` given as JSON text ([`Limits::tightened`]), as
@@ -131,7 +142,7 @@ impl Limits {
     }
 
     /// The field names [`Limits::tightened`] reads.
-    pub const NAMES: [&'static str; 15] = [
+    pub const NAMES: [&'static str; 18] = [
         "regex_bytes",
         "grammar_bytes",
         "schema_bytes",
@@ -147,6 +158,9 @@ impl Limits {
         "grammar_repetition",
         "grammar_nesting",
         "grammar_depth",
+        "grammar_step_work",
+        "choices",
+        "choice_bytes",
     ];
 
     fn get(&self, name: &str) -> u64 {
@@ -165,6 +179,9 @@ impl Limits {
             "grammar_repetition" => u64::from(self.grammar_repetition),
             "grammar_nesting" => u64::from(self.grammar_nesting),
             "grammar_depth" => u64::from(self.grammar_depth),
+            "grammar_step_work" => self.grammar_step_work,
+            "choices" => self.choices as u64,
+            "choice_bytes" => self.choice_bytes as u64,
             _ => self.one_of_pairs as u64,
         }
     }
@@ -187,6 +204,9 @@ impl Limits {
             "grammar_repetition" => self.grammar_repetition = n as u32,
             "grammar_nesting" => self.grammar_nesting = n as u32,
             "grammar_depth" => self.grammar_depth = n as u32,
+            "grammar_step_work" => self.grammar_step_work = n,
+            "choices" => self.choices = n_usize,
+            "choice_bytes" => self.choice_bytes = n_usize,
             _ => self.one_of_pairs = n_usize,
         }
     }

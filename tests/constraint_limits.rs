@@ -266,6 +266,17 @@ fn tightened_limits_apply_where_they_name_and_cannot_be_raised() {
             json!({"guided_regex": "(a|b)*a(a|b){8}"}),
             "1024-byte determinization limit",
         ),
+        // The choice list (a grammar step's work is checked below, at a mask).
+        (
+            json!({"choices": 2}),
+            json!({"guided_choice": ["a", "b", "c"]}),
+            "over the limit of 2 (choices)",
+        ),
+        (
+            json!({"choice_bytes": 2}),
+            json!({"guided_choice": ["ab", "c"]}),
+            "over the limit of 2 bytes (choice_bytes)",
+        ),
         // The grammar compiler's bounds.
         (
             json!({"grammar_nesting": 2}),
@@ -297,6 +308,20 @@ fn tightened_limits_apply_where_they_name_and_cannot_be_raised() {
         let message = refused(&tight(overrides.clone()), body);
         assert!(message.contains(says), "{overrides}: {message}");
     }
+    // A grammar step's work bounds each mask of a constraint compiled under it.
+    let tokens: Vec<Vec<u8>> = vec![b"a".to_vec(), b"b".to_vec(), b"<eos>".to_vec()];
+    let vocab = std::sync::Arc::new(poot::vocab::Vocabulary::new(tokens, vec![2]).unwrap());
+    let grammar = json!({"guided_grammar": "root ::= (\"a\" | \"b\")* \"b\""});
+    let masks = |limits: &Limits| {
+        let spec = Spec::from_request_with(&grammar, limits).unwrap().unwrap();
+        let c = poot::constraint::Constraint::from_spec_with(&spec, vocab.clone(), limits).unwrap();
+        let m = poot::constraint::Matcher::new(std::sync::Arc::new(c));
+        let mut mask = vec![0u32; poot::mask::words_for(vocab.len())];
+        m.fill_mask(&mut mask)
+    };
+    masks(&Limits::DEFAULT).expect("a mask within the default step work");
+    let e = masks(&tight(json!({"grammar_step_work": 1}))).unwrap_err();
+    assert!(e.to_string().contains("1-unit work limit"), "{e}");
     let small_dfa = tight(json!({"automaton_bytes": 4096}));
     let schema = json!({"guided_json": {"type": "string", "pattern": "^(a|b)*a(a|b){8}$"}});
     let spec = Spec::from_request_with(&schema, &small_dfa)

@@ -135,6 +135,12 @@ export interface Limits {
   grammar_nesting?: number;
   /** Levels of a grammar's syntax tree (default 512). */
   grammar_depth?: number;
+  /** Work of one grammar step (a mask, an advance), units (default 200,000). */
+  grammar_step_work?: number;
+  /** `guided_choice` strings (default 1,024). */
+  choices?: number;
+  /** `guided_choice` strings' total bytes (default 16,384). */
+  choice_bytes?: number;
 }
 
 /** Options of a `create` call (OpenAI's clients pass `signal` the same way). */

@@ -592,6 +592,7 @@ fn compile_with(
     check_left_recursion(ast, &call_start, &calls)?;
 
     let mut g = Grammar {
+        step_work: limits.grammar_step_work,
         names: ast.rules.iter().map(|r| r.name.clone()).collect(),
         classes,
         stride,

@@ -12,7 +12,7 @@
 
 use super::{BitSet256, Grammar, COUNTER_HORIZON, NONE, SLOW};
 use crate::error::{Error, Result};
-use crate::limits::{MASK_CACHE_BYTES, MAX_GRAMMAR_STEP_WORK};
+use crate::limits::MASK_CACHE_BYTES;
 use crate::mask::{or_words, set_bit};
 use crate::vocab::{Run, RunMemo, Trie, Vocabulary};
 use std::collections::{HashMap, HashSet};
@@ -101,10 +101,11 @@ impl Work {
 }
 
 /// The error for a step that ran out of work.
-pub(crate) fn out_of_work(what: &str, heads: usize) -> Error {
+pub(crate) fn out_of_work(g: &Grammar, what: &str, heads: usize) -> Error {
     Error::limit_exceeded(format!(
-        "guided_grammar needs more than the {MAX_GRAMMAR_STEP_WORK}-unit work limit to {what} \
-         ({heads} parses alive: the grammar is too ambiguous)"
+        "guided_grammar needs more than the {}-unit work limit to {what} \
+         ({heads} parses alive: the grammar is too ambiguous)",
+        g.step_work
     ))
     .with_param("guided_grammar")
 }
@@ -462,7 +463,7 @@ impl Parse {
             temp: &mut temp,
             seen: HashSet::new(),
         };
-        let mut work = Work::new(MAX_GRAMMAR_STEP_WORK);
+        let mut work = Work::new(g.step_work);
         let mut pool = self.heads().to_vec();
         while out.len() < limit {
             if pool.iter().any(|&h| fr.get(h).acc) {
@@ -812,8 +813,8 @@ impl Index {
         let g = &self.grammar;
         let trie = self.vocab.trie();
         // A walk visits each trie node at most once per head; the budget scales with the trie.
-        let mut work = Work::new(MAX_GRAMMAR_STEP_WORK + 4 * trie.node_len() as u64);
-        let oow = |_| out_of_work("precompute the masks of one grammar position", 1);
+        let mut work = Work::new(g.step_work + 4 * trie.node_len() as u64);
+        let oow = |_| out_of_work(g, "precompute the masks of one grammar position", 1);
         let follow = g.follow[g.rule_of[s as usize] as usize];
         let mut accepted = vec![0u32; self.words];
         let mut exits = Vec::new();
@@ -959,9 +960,9 @@ impl Index {
             .map(|m| out.copy_from_slice(m))
             .is_some();
         if !cached {
-            let mut work = Work::new(MAX_GRAMMAR_STEP_WORK);
+            let mut work = Work::new(self.grammar.step_work);
             self.compute(parse, out, &mut work)
-                .map_err(|_| out_of_work("compute one token mask", heads.len()))??;
+                .map_err(|_| out_of_work(&self.grammar, "compute one token mask", heads.len()))??;
             if cacheable && self.reserve(self.words * 4 + key.len() * 16 + 64) {
                 self.full
                     .lock()
@@ -971,7 +972,7 @@ impl Index {
         }
         if exact_long {
             for &t in &self.long_tokens {
-                let mut work = Work::new(MAX_GRAMMAR_STEP_WORK);
+                let mut work = Work::new(self.grammar.step_work);
                 let fits = parse
                     .accepts(&self.grammar, self.vocab.bytes(t), &mut work)
                     .unwrap_or(false);

@@ -223,6 +223,9 @@ pub struct Grammar {
     pub(crate) call_first: Vec<BitSet256>,
     /// Bytes that can follow a completed call of each rule, in any context.
     pub(crate) follow: Vec<BitSet256>,
+    /// Work one step (a mask, an advance) may take: the compiling request's
+    /// [`Limits::grammar_step_work`](crate::limits::Limits::grammar_step_work).
+    pub(crate) step_work: u64,
     /// The start state a call of each rule enters (never accepting).
     pub(crate) call_start: Vec<u32>,
     /// The bottom frame's state: `root`'s start (accepting when `root` matches "").

@@ -303,7 +303,7 @@ test("limits tighten one compile's bounds; a bad limits option is a 400 naming l
   await rejectsExactly(() => compileConstraint({ vocabulary, request: {}, limits: { regex_bytes: 1 << 20 } }),
     bad("limits: `regex_bytes` must be an integer from 1 to its default, 4096"));
   await rejectsExactly(() => compileConstraint({ vocabulary, request: {}, limits: { regex_byte: 8 } }),
-    bad("limits: unknown limit `regex_byte` (known: regex_bytes, grammar_bytes, schema_bytes, schema_expansion, schema_judge_work, schema_depth, one_of_pairs, automaton_bytes, determinize_bytes, grammar_automaton_bytes, grammar_determinize_work, grammar_minimize_work, grammar_repetition, grammar_nesting, grammar_depth)"));
+    bad("limits: unknown limit `regex_byte` (known: regex_bytes, grammar_bytes, schema_bytes, schema_expansion, schema_judge_work, schema_depth, one_of_pairs, automaton_bytes, determinize_bytes, grammar_automaton_bytes, grammar_determinize_work, grammar_minimize_work, grammar_repetition, grammar_nesting, grammar_depth, grammar_step_work, choices, choice_bytes)"));
   await rejectsExactly(() => compileConstraint({ vocabulary, request: {}, limits: [8] }),
     bad("limits must be an object of limit names and numbers, got [8]"));
 });
