@@ -691,7 +691,13 @@ fn request_body(rng: &mut Rng, chat: bool) -> Value {
             _ => value(r, 2),
         }),
         ("tools", |r| {
-            json!((0..r.below(3)).map(|_| json!({"type": "function", "function": {"name": string(r), "parameters": schema(r, 2, 0)}})).collect::<Vec<_>>())
+            // Sometimes up to MAX_TOOLS (128) and past it: the request's shared schema budget.
+            let n = if r.chance(0.1) {
+                r.below(140)
+            } else {
+                r.below(3)
+            };
+            json!((0..n).map(|_| json!({"type": "function", "function": {"name": string(r), "parameters": schema(r, 2, 0)}})).collect::<Vec<_>>())
         }),
         ("tool_choice", |r| match r.below(4) {
             0 => json!("auto"),
@@ -711,6 +717,20 @@ fn request_body(rng: &mut Rng, chat: bool) -> Value {
     Value::Object(m)
 }
 
+/// Reads a request body as the server does and, for a forced tool call, builds the call's
+/// grammar from the tools' rules as a run does (ChatML, the codec that forces).
+fn parse_request(body: &Value, endpoint: Endpoint) -> Result<(), poot::Error> {
+    let req = Request::parse(body, endpoint)?;
+    poot::api::tools::Codec::ChatMl
+        .forced_grammar(
+            &req.tools,
+            &req.tool_choice,
+            req.parallel_tool_calls,
+            &poot::limits::Limits::DEFAULT,
+        )
+        .map(|_| ())
+}
+
 #[test]
 fn request_bodies_parse_or_fail_cleanly() {
     let start = Instant::now();
@@ -718,7 +738,7 @@ fn request_bodies_parse_or_fail_cleanly() {
     for (path, text) in regressions("request") {
         let body: Value = serde_json::from_str(&text).expect("a kept request body is JSON");
         tally.case("request", &path, &text, move || {
-            Request::parse(&body, Endpoint::Chat).map(|_| ())
+            parse_request(&body, Endpoint::Chat)
         });
     }
     let seed0 = first_seed();
@@ -734,18 +754,21 @@ fn request_bodies_parse_or_fail_cleanly() {
             Endpoint::Completion
         };
         tally.case("request", &format!("seed {seed}"), &shown, move || {
-            Request::parse(&body, endpoint).map(|_| ())
+            parse_request(&body, endpoint)
         });
     }
     tally.report("request", start);
 }
 
 /// Random `--limits` overrides (names known and not, numbers in and out of range, other JSON),
-/// then a generated schema compiled under whatever they allow: `Limits::tightened` is `Ok` or an
-/// `invalid_input` naming `limits`, and every budget, however small, ends in a result or a 4xx.
+/// read as the server and the package read them (`Limits::from_json_text`), then a generated
+/// schema, regex, choice list or grammar compiled under whatever they allow (a grammar also
+/// stepped through its masks): the read is `Ok` or an `invalid_input` naming `limits`, and every
+/// budget, however small, ends in a result or a 4xx.
 #[test]
 fn tightened_limits_read_cleanly_and_bound_every_compile() {
     use poot::limits::Limits;
+    let vocab = grammar_support::synthetic().vocab;
     let start = Instant::now();
     let mut tally = Tally::default();
     let seed0 = first_seed();
@@ -773,21 +796,35 @@ fn tightened_limits_read_cleanly_and_bound_every_compile() {
         } else {
             value(&mut rng, 2)
         };
-        let schema = root_schema(&mut rng).to_string();
-        let shown = format!("limits {overrides}, schema {schema}");
+        // Each kind of constraint, so that every field can be the one that stops it; a
+        // grammar's masks too (grammar_step_work).
+        let body = match rng.below(4) {
+            0 => json!({ "guided_json": root_schema(&mut rng).to_string() }),
+            1 => json!({ "guided_regex": pattern(&mut rng) }),
+            2 => {
+                json!({ "guided_choice": (0..1 + rng.below(40)).map(|_| string(&mut rng)).collect::<Vec<_>>() })
+            }
+            _ => json!({ "guided_grammar": gbnf_grammar(&mut rng) }),
+        };
+        let shown = format!("limits {overrides}, body {body}");
+        let vocab = vocab.clone();
         tally.case("limits", &format!("seed {seed}"), &shown, move || {
-            let limits = match Limits::DEFAULT.tightened(&overrides) {
+            let limits = match Limits::from_json_text(&overrides.to_string()) {
                 Ok(l) => l,
                 Err(e) => {
                     assert_eq!(e.param(), Some("limits"), "{e}");
                     return Err(e);
                 }
             };
-            let body = json!({ "guided_json": schema });
-            if let Some(spec) = Spec::from_request_with(&body, &limits)? {
-                spec.compile_with(&limits)?;
+            let Some(spec) = Spec::from_request_with(&body, &limits)? else {
+                return Ok(());
+            };
+            match spec.compile_with(&limits)? {
+                compiled @ Compiled::Grammar(_) if body.get("guided_grammar").is_some() => {
+                    drive_grammar(compiled, &vocab, &mut Rng::new(seed))
+                }
+                _ => Ok(()),
             }
-            Ok(())
         });
     }
     tally.report("limits", start);
