@@ -34,8 +34,14 @@
 //!   `false`), `unevaluatedItems` (as the items after the prefix when `items` is absent).
 //! - Strings: `pattern` (ECMA-262, unanchored: the decoded value contains a match; `\d`, `\w`,
 //!   `\s` and `.` keep their ECMA meaning; look-around, back-references and `\b` are
-//!   refused), `minLength`/`maxLength` in code points, `format` (below). A pattern or format
-//!   together with lengths is accepted when its own lengths already lie within them.
+//!   refused), `minLength`/`maxLength` in code points, `format` (below). A pattern, a format
+//!   and lengths in any combination are their intersection, exactly: where the pattern's or
+//!   format's own lengths already lie within the bounds nothing changes, where it is one
+//!   repeated class between fixed parts the bounds cut its count, and otherwise the automata
+//!   are intersected over decoded characters (`regex/algebra.rs`; a length is a character
+//!   counter) and the product is encoded as string text. Such a schema has no regex text
+//!   ([`JsonSchema::regex`] is `None`), and a product past
+//!   [`Limits::automaton_bytes`] is refused naming the keywords and the limit.
 //! - Integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (draft-4 booleans
 //!   too), compiled to the exact range; `multipleOf` 1 or a divisor of 100 without bounds.
 //! - Numbers: the same bounds when they are integers (`0 <= x <= 1` is exact: `1`, `1.0`,
@@ -87,7 +93,8 @@
 //! The schema text is at most [`Limits::schema_bytes`]; inlining may visit at most
 //! [`Limits::schema_expansion`] subschemas, nest [`Limits::schema_depth`] deep and check
 //! `enum`/`const` values with [`Limits::schema_judge_work`]; the regex text at most [`MAX_SCHEMA_REGEX_BYTES`];
-//! the automaton is built under [`AUTOMATON_BYTES`], like `guided_regex`. A schema whose
+//! the automaton is built under [`AUTOMATON_BYTES`], like `guided_regex`, and so is each
+//! intersection inside it (with [`Limits::determinize_bytes`] for its state index). A schema whose
 //! DFA would pass that bound (many optional properties, free-form values, nested arrays of
 //! objects: the DFA holds every combination at once) runs instead as the pushdown grammar
 //! of [`JsonSchema::gbnf`], the same language, on the `guided_grammar` engine under
@@ -146,7 +153,8 @@ pub struct SchemaWork {
 #[derive(Debug, Clone)]
 pub struct JsonSchema {
     node: Node,
-    regex: String,
+    /// `None` when the language holds an automaton leaf, which has no regex text.
+    regex: Option<String>,
     automaton: Compiled,
     free_form_depth: Option<u32>,
 }
@@ -256,6 +264,13 @@ impl JsonSchema {
             if node.to_regex(MAX_SCHEMA_REGEX_BYTES).is_ok() {
                 return Ok((node.to_gbnf(), work));
             }
+            // An automaton leaf has no regex: the grammar's own text is bounded instead.
+            if node.contains_automaton() {
+                let gbnf = node.to_gbnf();
+                if gbnf.len() <= MAX_SCHEMA_REGEX_BYTES {
+                    return Ok((gbnf, work));
+                }
+            }
             last_error = Some(
                 Error::limit_exceeded(format!(
                     "{field} {shown} compiles to a grammar over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
@@ -269,14 +284,16 @@ impl JsonSchema {
         Err(last_error.expect("a failed rendering has an error"))
     }
 
-    /// The regex (bounded) and the DFA. A DFA past [`AUTOMATON_BYTES`] returns the regex
-    /// with the error, for [`JsonSchema::build_grammar`] to try.
+    /// The regex (bounded; `None` for a language with an automaton leaf) and the DFA. A DFA
+    /// past [`AUTOMATON_BYTES`] returns the regex with the error, for
+    /// [`JsonSchema::build_grammar`] to try.
+    #[allow(clippy::type_complexity)]
     fn build_dfa(
         node: &Node,
         field: &str,
         shown: &str,
         limits: &Limits,
-    ) -> std::result::Result<(String, Dfa), (Option<String>, Error)> {
+    ) -> std::result::Result<(Option<String>, Dfa), (Option<Option<String>>, Error)> {
         if *node == Node::Nothing {
             return Err((
                 None,
@@ -286,13 +303,18 @@ impl JsonSchema {
                 .with_param(field),
             ));
         }
-        let regex = node.to_regex(MAX_SCHEMA_REGEX_BYTES).map_err(|()| {
-            let e = Error::limit_exceeded(format!(
-                "{field} {shown} compiles to a regex over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
-            ))
-            .with_param(field);
-            (None, e)
-        })?;
+        let regex = match node.to_regex(MAX_SCHEMA_REGEX_BYTES) {
+            Ok(regex) => Some(regex),
+            // The automaton and grammar bounds still apply.
+            Err(()) if node.contains_automaton() => None,
+            Err(()) => {
+                let e = Error::limit_exceeded(format!(
+                    "{field} {shown} compiles to a regex over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
+                ))
+                .with_param(field);
+                return Err((None, e));
+            }
+        };
         let dfa = node
             .to_nfa(limits.automaton_bytes)
             .map_err(|e| {
@@ -357,9 +379,11 @@ impl JsonSchema {
         .with_source(dfa_error))
     }
 
-    /// The compiled regex (regex-syntax text; the whole output must match it).
-    pub fn regex(&self) -> &str {
-        &self.regex
+    /// The compiled regex (regex-syntax text; the whole output must match it), or `None`
+    /// when the language holds an automaton built by intersection (a `pattern` with lengths,
+    /// a `format` with a `pattern`, `multipleOf`), which has no regex text here.
+    pub fn regex(&self) -> Option<&str> {
+        self.regex.as_deref()
     }
 
     /// A GBNF grammar (llama.cpp syntax, entry rule `root`) accepting exactly the language of
@@ -1503,7 +1527,7 @@ impl<'a> Compiler<'a> {
             .get("maxLength")
             .map(|v| as_count(v, "maxLength", &here))
             .transpose()?;
-        let mut content: Option<(Node, &str)> = None;
+        let mut contents: Vec<(Node, &str)> = Vec::new();
         if let Some(p) = m.get("pattern") {
             let p = p
                 .as_str()
@@ -1511,16 +1535,11 @@ impl<'a> Compiler<'a> {
             let n = string::pattern_content(p).map_err(|why| {
                 unsupported("pattern", &here, &format!("{} uses {why}", quote(p)))
             })?;
-            content = Some((n, "pattern"));
+            contents.push((n, "pattern"));
         }
         if let Some(f) = m.get("format").and_then(Value::as_str) {
             match string::format_regex(f) {
-                Some(re) => {
-                    if content.is_some() {
-                        return Err(unsupported("format", &here, "together with `pattern`"));
-                    }
-                    content = Some((string::exact_content(re), "format"));
-                }
+                Some(re) => contents.push((string::exact_content(re), "format")),
                 None if KNOWN_FORMATS.contains(&f) => {
                     return Err(unsupported(
                         "format",
@@ -1531,35 +1550,46 @@ impl<'a> Compiler<'a> {
                 None => {}
             }
         }
-        let body = match content {
-            Some((n, what)) => {
-                if min.is_some() || max.is_some() {
-                    let (lo, hi) = n.char_len();
-                    let fits = min.is_none_or(|m| lo >= u64::from(m))
-                        && max.is_none_or(|m| hi.is_some_and(|h| h <= u64::from(m)));
-                    if !fits {
-                        match clamp_lengths(&n, min.unwrap_or(0), max) {
-                            Some(c) => return Ok(string::string_node(&c)),
-                            None => {
-                                return Err(unsupported(
-                                    "minLength/maxLength",
-                                    &here,
-                                    &format!(
-                                        "lengths together with a `{what}` that does not imply them"
-                                    ),
-                                ))
-                            }
-                        }
-                    }
-                }
-                return Ok(string::string_node(&n));
-            }
-            None => match (min, max) {
+        if contents.is_empty() {
+            let body = match (min, max) {
                 (None | Some(0), None) => Node::repeat(string::any_unit(), 0, None),
                 (lo, hi) => Node::repeat(string::counted_unit(), lo.unwrap_or(0), hi),
-            },
+            };
+            return Ok(Node::concat(vec![Node::lit("\""), body, Node::lit("\"")]));
+        }
+        // Lengths a pattern or format already implies add nothing.
+        let implied = |n: &Node| {
+            let (lo, hi) = n.char_len();
+            min.is_none_or(|m| lo >= u64::from(m))
+                && max.is_none_or(|m| hi.is_some_and(|h| h <= u64::from(m)))
         };
-        Ok(Node::concat(vec![Node::lit("\""), body, Node::lit("\"")]))
+        let lengths = (!contents.iter().any(|(n, _)| implied(n)))
+            .then_some((min.unwrap_or(0), max))
+            .filter(|_| min.is_some() || max.is_some());
+        if let [(n, _)] = &contents[..] {
+            match lengths {
+                None => return Ok(string::string_node(n)),
+                // One repeated class between fixed parts: the lengths cut its count.
+                Some((lo, hi)) => {
+                    if let Some(c) = clamp_lengths(n, lo, hi) {
+                        return Ok(string::string_node(&c));
+                    }
+                }
+            }
+        }
+        // Otherwise the intersection of the automata, over decoded characters.
+        let (key, what) = match (lengths, contents.len()) {
+            (Some(_), 1) => ("minLength/maxLength", format!("`{}`", contents[0].1)),
+            (Some(_), _) => ("minLength/maxLength", "`pattern` and `format`".to_owned()),
+            (None, _) => ("format", "`pattern`".to_owned()),
+        };
+        let nodes = contents.into_iter().map(|(n, _)| n).collect();
+        string::constrained_string(nodes, lengths, &self.limits).map_err(|r| {
+            Fail::Limit(format!(
+                "`{key}` at {here} together with {what} needs more than {} ({r})",
+                r.limit_phrase()
+            ))
+        })
     }
 
     fn array(&mut self, m: &Map<String, Value>) -> R<Node> {
@@ -1981,8 +2011,19 @@ const KNOWN_FORMATS: &[&str] = &[
 ];
 
 /// Cuts a pattern's language down to lengths `[min, max]` where its shape allows it exactly:
-/// an optional fixed prefix and suffix around one repeated class.
+/// an optional fixed prefix and suffix around one repeated class, a fixed-length text, or
+/// alternatives of those (each cut on its own: `^([^,]|$)` is `[^,]` then any characters, or
+/// the empty string).
 fn clamp_lengths(n: &Node, min: u32, max: Option<u32>) -> Option<Node> {
+    if let Node::Alt(items) = n {
+        let cut: Option<Vec<Node>> = items.iter().map(|i| clamp_lengths(i, min, max)).collect();
+        return cut.map(Node::alt);
+    }
+    let (lo, hi) = n.char_len();
+    if hi == Some(lo) {
+        let fits = lo >= u64::from(min) && max.is_none_or(|m| lo <= u64::from(m));
+        return Some(if fits { n.clone() } else { Node::Nothing });
+    }
     let parts: Vec<Node> = match n {
         Node::Concat(p) => p.clone(),
         other => vec![other.clone()],

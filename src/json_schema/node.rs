@@ -10,7 +10,15 @@
 //! (array items). A regex for `n` optional properties repeats the tail after each possible
 //! first property (quadratic text); the NFA builds each property once and links them as a
 //! ladder, so the automaton stays linear in the schema.
+//!
+//! One leaf is already an automaton: [`Node::Automaton`], a byte DFA built by the automaton
+//! algebra ([`Node::intersect`]: a `pattern` with lengths, a `format` with a `pattern`,
+//! multiples of an integer) for a language that has no compact expression here. The NFA
+//! embeds its states, the grammar writes one rule per state, and it has no regex text
+//! ([`Node::to_regex`] fails on it).
 
+use crate::limits::Limits;
+use crate::regex::{CharTransitions, Dfa, Refusal, DEAD};
 use regex_automata::nfa::thompson::{self, Builder, Transition, NFA};
 use regex_automata::util::primitives::StateID;
 use regex_syntax::utf8::Utf8Sequences;
@@ -51,6 +59,8 @@ pub(crate) enum Node {
         min: u32,
         max: Option<u32>,
     },
+    /// The language of a byte DFA over UTF-8 text (see the module docs).
+    Automaton(Arc<Dfa>),
 }
 
 /// Normalizes ranges: sorted, merged when overlapping or adjacent.
@@ -306,6 +316,8 @@ impl Node {
             return Err(());
         }
         match self {
+            // A DFA has no regex text here (state elimination can be exponential).
+            Node::Automaton(_) => return Err(()),
             Node::Empty => out.push_str("(?:)"),
             Node::Nothing => out.push_str(r"[^\x00-\x{10FFFF}]"),
             Node::Lit(s) => out.push_str(&regex_syntax::escape(s)),
@@ -477,6 +489,7 @@ impl Node {
                 (min, max)
             }
             Node::List { .. } => self.expand().char_len(),
+            Node::Automaton(d) => d.char_len(),
         }
     }
 
@@ -585,8 +598,64 @@ impl Node {
                 return after;
             }
             Node::List { .. } => return self.expand().ends(s, starts),
+            Node::Automaton(d) => {
+                for &p in starts {
+                    let mut state = d.start();
+                    if d.is_accepting(state) {
+                        out.insert(p);
+                    }
+                    for (i, &b) in s[p..].iter().enumerate() {
+                        state = d.next(state, b);
+                        if state == DEAD {
+                            break;
+                        }
+                        if d.is_accepting(state) {
+                            out.insert(p + i + 1);
+                        }
+                    }
+                }
+            }
         }
         out
+    }
+
+    /// The strings in both `a` and `b` as one [`Node::Automaton`] ([`Node::Nothing`] when
+    /// there are none): both operands determinized (an automaton operand as it is), then
+    /// their product, each step under `limits` ([`Dfa::product`]).
+    pub(crate) fn intersect(a: &Node, b: &Node, limits: &Limits) -> Result<Node, Refusal> {
+        let (Some(x), Some(y)) = (a.dfa_within(limits)?, b.dfa_within(limits)?) else {
+            return Ok(Node::Nothing);
+        };
+        let product = x.product(&y, crate::regex::Op::Intersection, limits)?;
+        Ok(product.map_or(Node::Nothing, |d| Node::Automaton(Arc::new(d))))
+    }
+
+    /// This language as a DFA under `limits`; `None` when it has no strings.
+    fn dfa_within(&self, limits: &Limits) -> Result<Option<Arc<Dfa>>, Refusal> {
+        match self {
+            Node::Automaton(d) => Ok(Some(d.clone())),
+            Node::Nothing => Ok(None),
+            n => {
+                let nfa = n.to_nfa(limits.automaton_bytes).map_err(|_| Refusal::Nfa {
+                    limit: limits.automaton_bytes,
+                })?;
+                Ok(Dfa::from_nfa_within(&nfa, limits)?.map(Arc::new))
+            }
+        }
+    }
+
+    /// Whether an automaton leaf occurs anywhere in the tree (the tree then has no regex).
+    pub(crate) fn contains_automaton(&self) -> bool {
+        match self {
+            Node::Automaton(_) => true,
+            Node::Empty | Node::Nothing | Node::Lit(_) | Node::Class(_) => false,
+            Node::Concat(items) | Node::Alt(items) => items.iter().any(Node::contains_automaton),
+            Node::Repeat(item, ..) => item.contains_automaton(),
+            Node::Seq { items, sep, .. } => {
+                sep.contains_automaton() || items.iter().any(|(i, _)| i.contains_automaton())
+            }
+            Node::List { item, sep, .. } => item.contains_automaton() || sep.contains_automaton(),
+        }
     }
 
     /// Builds the Thompson NFA (anchored, one pattern) under `size_limit` bytes.
@@ -692,6 +761,35 @@ type Frag = (StateID, StateID);
 /// Compiles `n` to a fragment whose `end` is an empty state still to be patched.
 fn nfa_node(b: &mut Builder, n: &Node) -> Result<Frag, Box<thompson::BuildError>> {
     match n {
+        Node::Automaton(d) => {
+            // One union per live state, added first so that byte ranges can point at states
+            // not yet filled in; an accepting state's union also leads to `end`.
+            let end = b.add_empty()?;
+            let mut ids = vec![StateID::ZERO; d.state_count()];
+            for s in d.live_states() {
+                ids[d.index(s)] = b.add_union(vec![])?;
+            }
+            for s in d.live_states() {
+                let u = ids[d.index(s)];
+                let ranges: Vec<Transition> = d
+                    .byte_ranges(s)
+                    .into_iter()
+                    .map(|(start, end, t)| Transition {
+                        start,
+                        end,
+                        next: ids[d.index(t)],
+                    })
+                    .collect();
+                if !ranges.is_empty() {
+                    let sparse = b.add_sparse(ranges)?;
+                    b.patch(u, sparse)?;
+                }
+                if d.is_accepting(s) {
+                    b.patch(u, end)?;
+                }
+            }
+            Ok((ids[d.index(d.start())], end))
+        }
         Node::Empty => {
             let e = b.add_empty()?;
             Ok((e, e))
@@ -922,6 +1020,8 @@ fn expanded_len(n: &Node, cap: usize) -> usize {
     };
     match n {
         Node::Empty | Node::Nothing => 2,
+        // A rule per state, ~16 bytes of text each at least.
+        Node::Automaton(d) => d.state_count().saturating_mul(16).min(cap),
         Node::Lit(s) => s.len() + 2,
         Node::Class(r) => 2 + 8 * r.len(),
         Node::Concat(items) | Node::Alt(items) => sum(&mut items.iter()),
@@ -940,6 +1040,11 @@ fn expanded_len(n: &Node, cap: usize) -> usize {
         }
     }
 }
+
+/// States an automaton's grammar writes inside one another (each reached from one place
+/// only) before one gets a rule of its own: each level is a group, an alternation and a
+/// sequence, so 24 levels stay well within the grammar's nesting bounds.
+const GBNF_AUTOMATON_NESTING: usize = 24;
 
 /// A counted repetition with a larger upper bound is written as nested blocks of
 /// [`GBNF_BLOCK`] repetitions ([`Gbnf::repeat`]), so no rule holds more than this many copies
@@ -968,7 +1073,7 @@ const GBNF_MAX_CHAIN_RULES: usize = 16;
 /// Counts every composite subtree of `n` (how often each value occurs in the tree).
 fn count_subtrees<'a>(n: &'a Node, counts: &mut HashMap<&'a Node, usize>) {
     let children: Vec<&Node> = match n {
-        Node::Empty | Node::Nothing | Node::Lit(_) | Node::Class(_) => return,
+        Node::Empty | Node::Nothing | Node::Lit(_) | Node::Class(_) | Node::Automaton(_) => return,
         Node::Concat(items) | Node::Alt(items) => items.iter().collect(),
         Node::Repeat(item, ..) => vec![item],
         Node::Seq { items, sep, .. } => {
@@ -1004,6 +1109,9 @@ struct Gbnf<'a> {
     chain_rules: usize,
     /// Repetitions past [`COUNTER_FROM`](crate::grammar::COUNTER_FROM) as one count.
     counters: bool,
+    /// Each automaton's start rule ([`Gbnf::automaton`]), so an automaton used twice (one
+    /// `$defs` string in several properties) is written once.
+    automata: HashMap<&'a Dfa, String>,
 }
 
 impl<'a> Gbnf<'a> {
@@ -1022,7 +1130,7 @@ impl<'a> Gbnf<'a> {
     fn atom(&mut self, n: &'a Node) -> String {
         let e = self.expr(n);
         match n {
-            Node::Lit(_) | Node::Class(_) | Node::Empty | Node::Nothing => e,
+            Node::Lit(_) | Node::Class(_) | Node::Empty | Node::Nothing | Node::Automaton(_) => e,
             _ if self.shared.get(n) == Some(&e) => e,
             _ => format!("({e})"),
         }
@@ -1044,6 +1152,141 @@ impl<'a> Gbnf<'a> {
             return name;
         }
         e
+    }
+
+    /// An automaton as a right-linear grammar over characters: for each state at a
+    /// character boundary, alternatives of a character class (the characters whose UTF-8
+    /// bytes lead to one target, [`Dfa::char_transitions`]) and the target; `""` where the
+    /// state accepts. A state's loop on itself is a `*` before its exits, a target that
+    /// accepts and goes nowhere is left out, and a target reached from one place only is
+    /// written there in parentheses ([`GBNF_AUTOMATON_NESTING`] deep at most), so rules are
+    /// the start and the states where paths meet. Only a cycle through several states makes
+    /// rules recursive (a stack frame per round of the cycle here; llama.cpp keeps no frame
+    /// for a call at the end of an alternative). Returns the start's rule name.
+    ///
+    /// Each rule is a call in our grammar engine, a few states of its own: an automaton of a
+    /// few thousand states where paths meet (a pattern times a length counter) passes
+    /// [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES) there.
+    fn automaton(&mut self, d: &'a Dfa) -> String {
+        if let Some(name) = self.automata.get(d) {
+            return name.clone();
+        }
+        let n = d.state_count();
+        // The states at character boundaries, breadth first from the start (a state inside a
+        // multi-byte character has no transitions by character).
+        let mut trans = Vec::new();
+        let mut seen = vec![false; n];
+        seen[d.index(d.start())] = true;
+        let mut queue = vec![d.start()];
+        while let Some(s) = queue.pop() {
+            let t = d.char_transitions(s);
+            for (target, _) in &t {
+                if !std::mem::replace(&mut seen[d.index(*target)], true) {
+                    queue.push(*target);
+                }
+            }
+            trans.push((s, t));
+        }
+        trans.sort_by_key(|(s, _)| *s);
+        let mut row = vec![usize::MAX; n];
+        for (k, (s, _)) in trans.iter().enumerate() {
+            row[d.index(*s)] = k;
+        }
+        let mut is_final = vec![false; n];
+        let mut refs = vec![0u32; n];
+        for (s, t) in &trans {
+            is_final[d.index(*s)] = d.is_accepting(*s) && t.is_empty();
+            for (target, _) in t {
+                if target != s {
+                    refs[d.index(*target)] += 1;
+                }
+            }
+        }
+        // A rule for the start and for every state reached from several places; a state
+        // reached from one place is written there, in parentheses, up to a nesting depth.
+        let start = d.index(d.start());
+        let mut own_rule = vec![false; n];
+        for (s, _) in &trans {
+            let i = d.index(*s);
+            own_rule[i] = !is_final[i] && (i == start || refs[i] != 1);
+        }
+        let mut roots: Vec<usize> = (0..n).filter(|&i| own_rule[i]).collect();
+        while let Some(root) = roots.pop() {
+            let mut stack = vec![(root, 0usize)];
+            while let Some((i, depth)) = stack.pop() {
+                for (target, _) in &trans[row[i]].1 {
+                    let t = d.index(*target);
+                    if t == i || own_rule[t] || is_final[t] {
+                        continue;
+                    }
+                    if depth + 1 > GBNF_AUTOMATON_NESTING {
+                        own_rule[t] = true;
+                        roots.push(t);
+                    } else {
+                        stack.push((t, depth + 1));
+                    }
+                }
+            }
+        }
+        // Name every rule before any body refers to it.
+        let mut names = vec![String::new(); n];
+        let mut slots = Vec::new();
+        for (s, _) in &trans {
+            let i = d.index(*s);
+            if own_rule[i] {
+                let name = format!("dfa{}", self.rules.len() + 1);
+                slots.push((i, self.rules.len()));
+                self.rules.push((name.clone(), String::new()));
+                names[i] = name;
+            }
+        }
+        // The expression of state `i`: its loop, then its exits.
+        fn body(
+            i: usize,
+            d: &Dfa,
+            trans: &[(u32, CharTransitions)],
+            row: &[usize],
+            own_rule: &[bool],
+            is_final: &[bool],
+            names: &[String],
+        ) -> String {
+            let (s, t) = &trans[row[i]];
+            let mut own_loop = None;
+            let mut alts = Vec::new();
+            for (target, ranges) in t {
+                let class = gbnf_class(&normalize(ranges.clone()));
+                let j = d.index(*target);
+                if target == s {
+                    own_loop = Some(class);
+                } else if is_final[j] {
+                    alts.push(class);
+                } else if own_rule[j] {
+                    alts.push(format!("{class} {}", names[j]));
+                } else {
+                    let inner = body(j, d, trans, row, own_rule, is_final, names);
+                    alts.push(format!("{class} ({inner})"));
+                }
+            }
+            if d.is_accepting(*s) {
+                alts.push("\"\"".to_owned());
+            }
+            let exits = alts.join(" | ");
+            match own_loop {
+                None => exits,
+                Some(l) if exits == "\"\"" => format!("{l}*"),
+                Some(l) => format!("{l}* ({exits})"),
+            }
+        }
+        for (i, slot) in slots {
+            self.rules[slot].1 = body(i, d, &trans, &row, &own_rule, &is_final, &names);
+        }
+        let name = if is_final[start] {
+            "\"\"".to_owned()
+        } else {
+            names[start].clone()
+        };
+        self.automata.insert(d, name.clone());
+        name
     }
 
     /// `item{min,max}`; past [`GBNF_BLOCKED_REPEAT`], nested blocks of
@@ -1148,6 +1391,7 @@ impl<'a> Gbnf<'a> {
                 .collect::<Vec<_>>()
                 .join(" | "),
             Node::Repeat(item, min, max) => self.counted(item, *min, *max),
+            Node::Automaton(d) => self.automaton(d),
             Node::Seq {
                 items,
                 sep,
@@ -1450,6 +1694,85 @@ mod tests {
             assert_eq!(d.matches(s.as_bytes()), i < 2, "{s}");
             assert_eq!(g.matches(s.as_bytes()), i < 2, "{s}");
         }
+    }
+
+    /// Strings of up to `len` characters from `alphabet`.
+    fn texts(alphabet: &[&str], len: usize) -> Vec<String> {
+        let mut all = vec![String::new()];
+        let mut layer = vec![String::new()];
+        for _ in 0..len {
+            layer = layer
+                .iter()
+                .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+                .collect();
+            all.extend(layer.iter().cloned());
+        }
+        all
+    }
+
+    /// An intersection leaf against the `regex` crate on both operands, and the same
+    /// language in every renderer: the NFA that embeds it, the direct simulation and the
+    /// grammar, alone, between literals and repeated.
+    #[test]
+    fn automaton_leaves_mean_the_same_in_every_backend() {
+        use crate::json_schema::string::exact_content;
+        let limits = crate::limits::Limits::DEFAULT;
+        let pairs = [
+            ("[a-c]*b", "a[a-c]{0,3}"),
+            ("(ab|é)+", "[aé]*b?[a-zé]*"),
+            ("x|€y*", "(x|€|y)*"),
+            ("(a|bc)*", "[abc]{2,5}"),
+        ];
+        let alphabet = ["a", "b", "c", "é", "€", "x", "y"];
+        let strings = texts(&alphabet, 5);
+        for (p, q) in pairs {
+            let n = Node::intersect(&exact_content(p), &exact_content(q), &limits).unwrap();
+            assert!(matches!(n, Node::Automaton(_)), "{p} & {q}: {n:?}");
+            assert!(n.to_regex(1 << 20).is_err() && n.contains_automaton());
+            let (rp, rq) = (
+                regex::Regex::new(&format!("^(?:{p})$")).unwrap(),
+                regex::Regex::new(&format!("^(?:{q})$")).unwrap(),
+            );
+            let framed = Node::concat(vec![Node::lit("<"), n.clone(), Node::lit(">")]);
+            let repeated = Node::repeat(n.clone(), 0, Some(2));
+            let (d_framed, d_repeated) = (dfa(&framed), dfa(&repeated));
+            let g_framed = crate::grammar::Grammar::new(&framed.to_gbnf()).unwrap();
+            let g_repeated = crate::grammar::Grammar::new(&repeated.to_gbnf()).unwrap();
+            let (mut shortest, mut longest) = (u64::MAX, 0u64);
+            for s in &strings {
+                let want = rp.is_match(s) && rq.is_match(s);
+                assert_eq!(n.matches(s.as_bytes()), want, "{p} & {q} on {s}");
+                let f = format!("<{s}>");
+                assert_eq!(
+                    d_framed.matches(f.as_bytes()),
+                    want,
+                    "{p} & {q}: NFA on {f}"
+                );
+                assert_eq!(
+                    g_framed.matches(f.as_bytes()),
+                    want,
+                    "{p} & {q}: GBNF on {f}"
+                );
+                let r = repeated.matches(s.as_bytes());
+                assert_eq!(d_repeated.matches(s.as_bytes()), r, "{p} & {q}: NFA, {s}");
+                assert_eq!(g_repeated.matches(s.as_bytes()), r, "{p} & {q}: GBNF, {s}");
+                if want {
+                    let chars = s.chars().count() as u64;
+                    shortest = shortest.min(chars);
+                    longest = longest.max(chars);
+                }
+            }
+            // Lengths: the shortest exactly; the longest where it is under 5.
+            let (lo, hi) = n.char_len();
+            assert_eq!(lo, shortest, "{p} & {q}");
+            match hi {
+                Some(h) if h < 5 => assert_eq!(h, longest, "{p} & {q}"),
+                Some(h) => assert!(h >= longest, "{p} & {q}"),
+                None => {}
+            }
+        }
+        let none = Node::intersect(&exact_content("a+"), &exact_content("b+"), &limits);
+        assert_eq!(none.unwrap(), Node::Nothing);
     }
 
     #[test]

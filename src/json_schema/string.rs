@@ -10,7 +10,10 @@
 //! characters), so every escape in the output decodes to a character the pattern allows.
 
 use super::node::{contains, intersect, normalize, subtract, Node, Ranges};
+use crate::limits::Limits;
+use crate::regex::{Dfa, Refusal, DEAD};
 use regex_syntax::hir::{Class, Hir, HirKind, Look};
+use std::sync::Arc;
 
 /// Every Unicode scalar value.
 pub(crate) fn all_chars() -> Ranges {
@@ -130,7 +133,156 @@ pub(crate) fn encode(n: &Node) -> Node {
         Node::Seq { .. } | Node::List { .. } => {
             unreachable!("string contents never hold Seq or List")
         }
+        Node::Automaton(_) => unreachable!("content automata are encoded by encode_automaton"),
     }
+}
+
+/// A whole JSON string whose decoded value is in every one of `contents` (nodes over
+/// characters: a pattern's, a format's) and, with `lengths`, has `min..=max` characters
+/// (code points): the contents' automata intersected with a character counter, then encoded
+/// as string text ([`encode_automaton`]) between quotes. The product is taken over decoded
+/// characters, where a length is a count of UTF-8 lead bytes; over the encoded text it would
+/// also have to count escapes. [`Node::Nothing`] when no value is left; refused past
+/// `limits` at any step.
+pub(crate) fn constrained_string(
+    contents: Vec<Node>,
+    lengths: Option<(u32, Option<u32>)>,
+    limits: &Limits,
+) -> Result<Node, Refusal> {
+    let mut parts = contents;
+    if let Some((min, max)) = lengths {
+        match char_count(min, max, limits)? {
+            Some(d) => parts.push(Node::Automaton(Arc::new(d))),
+            None => return Ok(Node::Nothing),
+        }
+    }
+    let mut acc = parts.first().cloned().unwrap_or_else(any_chars);
+    for p in parts.iter().skip(1) {
+        acc = Node::intersect(&acc, p, limits)?;
+        if acc == Node::Nothing {
+            return Ok(Node::Nothing);
+        }
+    }
+    let Node::Automaton(content) = acc else {
+        return Ok(string_node(&acc));
+    };
+    Ok(match encode_automaton(&content, limits)? {
+        Some(d) => Node::concat(vec![
+            Node::lit("\""),
+            Node::Automaton(Arc::new(d)),
+            Node::lit("\""),
+        ]),
+        None => Node::Nothing,
+    })
+}
+
+/// Byte strings of `min..=max` characters, counted as bytes that are not UTF-8 continuation
+/// bytes (exact for UTF-8 text, which is all the other operand of the product accepts):
+/// `max + 1` states (`min + 1` when unbounded, the last one looping) over two byte classes.
+fn char_count(min: u32, max: Option<u32>, limits: &Limits) -> Result<Option<Dfa>, Refusal> {
+    if max.is_some_and(|m| m < min) {
+        return Ok(None);
+    }
+    let top = max.unwrap_or(min) as usize;
+    Dfa::from_fn_within(
+        top + 1,
+        0,
+        |c| c >= min as usize,
+        |c, b| {
+            if (0x80..=0xBF).contains(&b) {
+                Some(c)
+            } else if c < top {
+                Some(c + 1)
+            } else {
+                max.is_none().then_some(top)
+            }
+        },
+        limits,
+    )
+}
+
+/// The JSON string text (without quotes) of an automaton over decoded characters: each
+/// character that JSON escapes (`"`, `\`, controls) takes its canonical escape instead of
+/// the raw byte, as [`encode`] writes it: `\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, and
+/// `\u00xx` (lower-case hex) for the other controls. A state with such a character gets an
+/// escape state after `\` (and five more for `\u00xx` when it allows one of those
+/// controls), so the encoded automaton has at most 7 states per state.
+pub(crate) fn encode_automaton(content: &Dfa, limits: &Limits) -> Result<Option<Dfa>, Refusal> {
+    /// The states after `\`, `\u`, `\u0`, `\u00`, `\u000` and `\u001`.
+    #[derive(Clone, Copy)]
+    enum Esc {
+        Backslash,
+        U,
+        U0,
+        U00,
+        U00Hi(u8),
+    }
+    let n = content.state_count();
+    let short = |b: u8| matches!(b, 0x08 | 0x09 | 0x0A | 0x0C | 0x0D);
+    let live = |h: u32| (h != DEAD).then(|| content.index(h));
+    // Per content state, the first of its escape states; the escape states' owners.
+    let mut esc_of: Vec<Option<usize>> = vec![None; n];
+    let mut extra: Vec<(usize, Esc)> = Vec::new();
+    for s in content.live_states() {
+        let i = content.index(s);
+        let leads = |b: u8| content.next(s, b) != DEAD;
+        let any_escaped = leads(b'"') || leads(b'\\') || (0..0x20).any(leads);
+        if !any_escaped {
+            continue;
+        }
+        esc_of[i] = Some(n + extra.len());
+        extra.push((i, Esc::Backslash));
+        if (0..0x20u8).any(|b| !short(b) && leads(b)) {
+            extra.extend([Esc::U, Esc::U0, Esc::U00, Esc::U00Hi(0), Esc::U00Hi(1)].map(|e| (i, e)));
+        }
+    }
+    let start = content.index(content.start());
+    Dfa::from_fn_within(
+        n + extra.len(),
+        start,
+        |s| s < n && s > 0 && content.is_accepting(content.state_at(s)),
+        |s, b| {
+            if s < n {
+                if s == 0 {
+                    return None;
+                }
+                return match b {
+                    b'\\' => esc_of[s],
+                    b'"' | 0x00..=0x1F => None,
+                    _ => live(content.next(content.state_at(s), b)),
+                };
+            }
+            let (owner, kind) = extra[s - n];
+            let from = content.state_at(owner);
+            match (kind, b) {
+                (Esc::Backslash, b'"' | b'\\') => live(content.next(from, b)),
+                (Esc::Backslash, b'b') => live(content.next(from, 0x08)),
+                (Esc::Backslash, b'f') => live(content.next(from, 0x0C)),
+                (Esc::Backslash, b'n') => live(content.next(from, 0x0A)),
+                (Esc::Backslash, b'r') => live(content.next(from, 0x0D)),
+                (Esc::Backslash, b't') => live(content.next(from, 0x09)),
+                (Esc::Backslash, b'u') => {
+                    matches!(extra.get(s + 1 - n), Some((o, Esc::U)) if *o == owner)
+                        .then_some(s + 1)
+                }
+                (Esc::U, b'0') => Some(s + 1),
+                (Esc::U0, b'0') => Some(s + 1),
+                (Esc::U00, b'0') => Some(s + 1),
+                (Esc::U00, b'1') => Some(s + 2),
+                (Esc::U00Hi(hi), b'0'..=b'9' | b'a'..=b'f') => {
+                    let d = (b as char).to_digit(16).expect("a hex digit") as u8;
+                    let c = hi * 16 + d;
+                    if short(c) {
+                        None
+                    } else {
+                        live(content.next(from, c))
+                    }
+                }
+                _ => None,
+            }
+        },
+        limits,
+    )
 }
 
 /// "Any characters": the unanchored side of a pattern.
@@ -635,6 +787,69 @@ mod tests {
         assert!(n.matches(br#""\"\\a\n""#));
         assert!(!n.matches(b"\"\"\""));
         assert!(!n.matches(br#""\u0061""#));
+    }
+
+    /// Patterns and lengths through the automaton path: the encoded language against the
+    /// content node and the length on every string over an alphabet of characters JSON
+    /// escapes and characters it does not, each written as serde_json writes it (the
+    /// canonical escapes); other spellings of the same value are not emitted.
+    #[test]
+    fn constrained_strings_take_the_canonical_text_of_exactly_the_allowed_values() {
+        let limits = Limits::DEFAULT;
+        let alphabet = ['a', '"', '\\', '\n', '\u{1}', '\u{1f}', 'é', '😀', '/', 'b'];
+        let mut values = vec![String::new()];
+        let mut layer = vec![String::new()];
+        for _ in 0..4 {
+            layer = layer
+                .iter()
+                .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+                .collect();
+            values.extend(layer.iter().cloned());
+        }
+        let cases: [(&[&str], u32, Option<u32>); 5] = [
+            (&["^a[\\x00-\\x1f\"\\\\]*b?$"], 2, Some(3)),
+            (&["[^a]"], 0, Some(2)),
+            (&["^.*$"], 3, None),
+            (&["a", "b"], 0, Some(3)),
+            (&["^[ab/é😀]+$", "[^b]$"], 2, Some(3)),
+        ];
+        for (patterns, min, max) in cases {
+            let contents: Vec<Node> = patterns
+                .iter()
+                .map(|p| pattern_content(p).unwrap())
+                .collect();
+            let n = constrained_string(contents.clone(), Some((min, max)), &limits).unwrap();
+            assert!(n.contains_automaton(), "{patterns:?}");
+            for v in &values {
+                let len = v.chars().count() as u32;
+                let want = contents.iter().all(|c| c.matches(v.as_bytes()))
+                    && len >= min
+                    && max.is_none_or(|m| len <= m);
+                let text = serde_json::to_string(v).unwrap();
+                assert_eq!(n.matches(text.as_bytes()), want, "{patterns:?} on {text}");
+            }
+        }
+        // Only the canonical escape: not `\u0061`, `\/`, upper-case hex or a raw control.
+        let n = constrained_string(vec![any_chars()], Some((1, Some(1))), &limits).unwrap();
+        for ok in [r#""a""#, r#""\u0001""#, r#""\n""#, r#""/""#, r#""\"""#] {
+            assert!(n.matches(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            r#""\u0061""#,
+            r#""\/""#,
+            r#""\u001F""#,
+            "\"\u{1}\"",
+            r#""\u000a""#,
+        ] {
+            assert!(!n.matches(bad.as_bytes()), "{bad}");
+        }
+        // An empty intersection is Nothing.
+        let none = constrained_string(
+            vec![pattern_content("^a+$").unwrap()],
+            Some((0, Some(0))),
+            &limits,
+        );
+        assert_eq!(none.unwrap(), Node::Nothing);
     }
 
     #[test]

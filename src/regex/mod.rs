@@ -18,7 +18,9 @@
 //! back-references (not regular), and Unicode word boundaries `\b` (use `(?-u:\b)`).
 
 use crate::error::{Error, Result};
+mod algebra;
 mod determinize;
+pub(crate) use algebra::{CharTransitions, Op, Refusal};
 #[cfg(test)]
 mod oracle_tests;
 
@@ -297,6 +299,18 @@ impl Dfa {
         raw: Vec<u32>,
         accepting: Vec<bool>,
     ) -> std::result::Result<Self, String> {
+        Self::compact_live(classes, stride, raw, accepting)
+            .ok_or_else(|| "matches no string, so no output could satisfy it".into())
+    }
+
+    /// [`Dfa::compact`], with `None` for a language without strings (the start cannot reach a
+    /// match): a result the automaton algebra reports rather than an error.
+    fn compact_live(
+        classes: [u8; 256],
+        stride: usize,
+        raw: Vec<u32>,
+        accepting: Vec<bool>,
+    ) -> Option<Self> {
         const NONE: u32 = determinize::NONE;
         let mut reps = vec![0u8; stride];
         let mut class_size = vec![0usize; stride];
@@ -337,7 +351,7 @@ impl Dfa {
             }
         }
         if !live[0] {
-            return Err("matches no string, so no output could satisfy it".into());
+            return None;
         }
 
         // Renumber: dead is row 0, live states follow in breadth-first order.
@@ -370,7 +384,7 @@ impl Dfa {
                 forced[row] = only;
             }
         }
-        Ok(Dfa {
+        Some(Dfa {
             classes,
             stride,
             trans,

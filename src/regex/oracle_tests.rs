@@ -333,7 +333,7 @@ fn schema_automata_match_the_dense_determinizer_on_their_regex() {
         let schema: serde_json::Value = serde_json::from_str(text).unwrap();
         let compiled = crate::json_schema::JsonSchema::compile(&schema, "guided_json")
             .unwrap_or_else(|e| panic!("{text}: {e}"));
-        let nfa = nfa_of(compiled.regex());
+        let nfa = nfa_of(compiled.regex().expect("these schemas have a regex"));
         let Ok(theirs) = Dfa::from_nfa_dense(&nfa, "guided_json", "`s`", AUTOMATON_BYTES) else {
             continue;
         };

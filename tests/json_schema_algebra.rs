@@ -1,0 +1,228 @@
+//! Keywords compiled by the automaton algebra (a `pattern` or `format` with lengths they do
+//! not imply, `format` with `pattern`) against
+//! the `jsonschema` crate: every candidate instance, serialized canonically, is accepted only
+//! when the validator accepts it (and, where the schema has no `format`, whose regexes are
+//! documented subsets, exactly then); random walks through the automaton give only values the
+//! validator accepts; the exported grammar agrees with the automaton on all of them.
+
+mod json_schema_support;
+
+use json_schema_support::*;
+use poot::grammar::Grammar;
+use poot::json_schema::{canonical_json, JsonSchema};
+use poot::limits::Limits;
+use serde_json::{json, Value};
+
+/// Strings of up to `len` characters over `alphabet`.
+fn strings(alphabet: &[char], len: usize) -> Vec<Value> {
+    let mut all = vec![String::new()];
+    let mut layer = vec![String::new()];
+    for _ in 0..len {
+        layer = layer
+            .iter()
+            .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+            .collect();
+        all.extend(layer.iter().cloned());
+    }
+    all.into_iter().map(Value::String).collect()
+}
+
+/// The exported GBNF on our engine, under the schema compiler's bound on generated text
+/// (a user's grammar is bounded at 16 KiB; a residue automaton's rules pass that).
+fn exported_grammar(compiled: &JsonSchema) -> Grammar {
+    let limits = Limits {
+        grammar_bytes: poot::limits::MAX_SCHEMA_REGEX_BYTES,
+        ..Limits::DEFAULT
+    };
+    Grammar::new_with(&compiled.gbnf(), &limits).expect("the exported grammar compiles")
+}
+
+/// Compiles `schema`, checks the candidates, the random walks and the grammar; returns how
+/// many candidates were valid (so a case cannot pass by rejecting everything).
+fn check(schema: &Value, candidates: &[Value], exact: bool) -> usize {
+    let compiled = JsonSchema::compile(schema, "guided_json")
+        .unwrap_or_else(|e| panic!("{schema} does not compile: {e}"));
+    let v = validator(schema).expect("the validator takes the schema");
+    let automaton = compiled.automaton();
+    let grammar = exported_grammar(&compiled);
+    let mut valid = 0;
+    for c in candidates {
+        let text = canonical_json(c);
+        let ok = v.is_valid(c);
+        let accepted = automaton.matches(text.as_bytes());
+        assert!(
+            !accepted || ok,
+            "{schema}: accepts {text}, which is invalid"
+        );
+        if exact {
+            assert_eq!(accepted, ok, "{schema}: rejects {text}, which is valid");
+        }
+        assert_eq!(
+            grammar.matches(text.as_bytes()),
+            accepted,
+            "{schema}: the grammar differs on {text}"
+        );
+        valid += usize::from(accepted);
+    }
+    let samples = random_walks(automaton, 64, 11, 40);
+    assert!(samples.len() >= 60, "{schema}: {} walks", samples.len());
+    let bad = unsound_samples(schema, &v, &samples);
+    assert!(bad.is_empty(), "{schema}: {bad:?}");
+    for s in &samples {
+        assert!(grammar.matches(s), "{schema}: the grammar rejects a walk");
+    }
+    valid
+}
+
+#[test]
+fn pattern_with_lengths_agrees_with_the_validator() {
+    let alphabet = ['a', 'b', '-', '1', 'é', '"', '\\', '\n', '\u{1}', ' '];
+    let values = strings(&alphabet, 4);
+    let schemas = [
+        json!({"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 3, "maxLength": 4}),
+        json!({"type": "string", "pattern": "\\d", "minLength": 2, "maxLength": 3}),
+        json!({"type": "string", "pattern": "^a[\\x00-\\x1f\"\\\\]*b?$", "maxLength": 3}),
+        json!({"type": "string", "pattern": "^[^-]", "minLength": 4}),
+        json!({"type": "string", "pattern": "(é|\\s)", "maxLength": 2}),
+        // Cut per alternative, no automaton: `[^,]` and any characters, or nothing.
+        json!({"type": "string", "pattern": "^([^,]|$)", "minLength": 1, "maxLength": 3}),
+    ];
+    for schema in &schemas {
+        let valid = check(schema, &values, true);
+        assert!(valid > 3, "{schema}: only {valid} valid candidates");
+    }
+}
+
+#[test]
+fn format_with_pattern_or_lengths_agrees_with_the_validator() {
+    let mut candidates: Vec<Value> = [
+        "2024-02-29",
+        "2023-02-29",
+        "2024-13-01",
+        "2024-01-31",
+        "1999-12-31",
+        "a@b.co",
+        "abc@example.com",
+        "x.y@ab.cd",
+        "ab@c.d",
+        "a@bc.de",
+        "https://a.io",
+        "http://a.io",
+        "https://example.com/x?y#z",
+        "mailto:x",
+        "0f8fa1c2-1b2c-4d5e-8f90-123456789abc",
+        "10000000-0000-0000-0000-000000000000",
+    ]
+    .iter()
+    .map(|s| json!(s))
+    .collect();
+    candidates.extend(strings(&['a', '@', '.', 'b'], 6));
+    let schemas = [
+        json!({"type": "string", "format": "date", "pattern": "^2024-"}),
+        json!({"type": "string", "format": "email", "maxLength": 8}),
+        json!({"type": "string", "format": "email", "pattern": "^[a-c]+@", "minLength": 6, "maxLength": 10}),
+        json!({"type": "string", "format": "uri", "pattern": "^https:", "maxLength": 14}),
+        json!({"type": "string", "format": "uuid", "pattern": "^[0-9]+-"}),
+    ];
+    for schema in &schemas {
+        let valid = check(schema, &candidates, false);
+        assert!(valid >= 1, "{schema}: no valid candidate accepted");
+    }
+}
+
+#[test]
+fn products_past_the_automaton_bound_are_refused_naming_it() {
+    // One counter per word, times 5000 lengths.
+    let schema =
+        json!({"type": "string", "pattern": "^(?:\\S+\\s+){0,99}\\S+$", "maxLength": 5000});
+    let e = JsonSchema::compile(&schema, "guided_json").unwrap_err();
+    assert!(e.is_limit_exceeded(), "{e}");
+    let m = e.to_string();
+    assert!(
+        m.contains("`minLength/maxLength` at # together with `pattern` needs more than the 262144-byte automaton limit"),
+        "{m}"
+    );
+    // A tightened deployment bound is the one named: ~600 states over 4 classes here.
+    let tight = Limits {
+        automaton_bytes: 4096,
+        ..Limits::DEFAULT
+    };
+    let schema = json!({"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "maxLength": 300});
+    let e = JsonSchema::compile_with(&schema, "guided_json", &tight).unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "`minLength/maxLength` at # together with `pattern` needs more than the 4096-byte \
+             automaton limit"
+        ),
+        "{e}"
+    );
+    assert!(JsonSchema::compile(&schema, "guided_json").is_ok());
+}
+
+#[test]
+fn schemas_with_automata_have_no_regex_but_a_grammar() {
+    let schema = json!({"type": "object", "properties": {
+        "id": {"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 2, "maxLength": 5},
+        "n": {"type": "integer", "minimum": 3}
+    }, "required": ["id"]});
+    let compiled = JsonSchema::compile(&schema, "guided_json").unwrap();
+    assert!(compiled.regex().is_none());
+    assert!(compiled.dfa().is_some());
+    let (gbnf, _) = JsonSchema::gbnf_within(&schema, "tools", &Limits::DEFAULT).unwrap();
+    let g = Grammar::new(&gbnf).unwrap();
+    for (text, ok) in [
+        (r#"{"id":"ab","n":14}"#, true),
+        (r#"{"id":"a-cde"}"#, true),
+        (r#"{"id":"a-"}"#, false),
+        (r#"{"id":"a"}"#, false),
+        (r#"{"id":"abcdef"}"#, false),
+        (r#"{"id":"ab","n":2}"#, false),
+    ] {
+        assert_eq!(g.matches(text.as_bytes()), ok, "{text}");
+        assert_eq!(compiled.matches(text.as_bytes()), ok, "{text}");
+    }
+    // Without an automaton the regex is still there.
+    let plain = json!({"type": "string", "pattern": "^[a-z]{1,3}$", "maxLength": 3});
+    assert!(JsonSchema::compile(&plain, "guided_json")
+        .unwrap()
+        .regex()
+        .is_some());
+}
+
+/// Compile times of the JSONSchemaBench schemas that use these keywords (release build:
+/// `cargo test --release --test json_schema_algebra -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn compile_times_of_algebra_schemas() {
+    let corpus = jsonschemabench();
+    let uses = |text: &str| {
+        text.contains("multipleOf")
+            || ((text.contains("\"pattern\"") || text.contains("\"format\""))
+                && (text.contains("Length\"") || text.contains("\"pattern\"")))
+    };
+    let mut times = Vec::new();
+    let mut all = 0.0;
+    for (name, file) in &corpus {
+        let schema = &file["schema"];
+        let t = std::time::Instant::now();
+        let r = JsonSchema::compile(schema, "guided_json");
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        all += ms;
+        if uses(&schema.to_string()) {
+            times.push((ms, name.clone(), r.is_ok()));
+        }
+    }
+    times.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let n = times.len();
+    let at = |q: f64| times[((n - 1) as f64 * q) as usize].0;
+    eprintln!(
+        "all {} schemas: {all:.0} ms; {n} using these keywords: p50 {:.2} ms, p90 {:.2}, max {:.2}",
+        corpus.len(),
+        at(0.5),
+        at(0.9),
+        at(1.0)
+    );
+    for (ms, name, ok) in times.iter().rev().take(8) {
+        eprintln!("{ms:8.2} ms  {name} {}", if *ok { "ok" } else { "refused" });
+    }
+}
