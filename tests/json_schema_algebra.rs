@@ -1,5 +1,5 @@
 //! Keywords compiled by the automaton algebra (a `pattern` or `format` with lengths they do
-//! not imply, `format` with `pattern`) against
+//! not imply, `format` with `pattern`, integer `multipleOf` with or without bounds) against
 //! the `jsonschema` crate: every candidate instance, serialized canonically, is accepted only
 //! when the validator accepts it (and, where the schema has no `format`, whose regexes are
 //! documented subsets, exactly then); random walks through the automaton give only values the
@@ -131,6 +131,36 @@ fn format_with_pattern_or_lengths_agrees_with_the_validator() {
 }
 
 #[test]
+fn integer_multiples_agree_with_the_validator() {
+    let ints: Vec<Value> = (-1300i64..=1300)
+        .chain([9999, 10000, 10001, 10010, 100000, 99999, 3000, 6000])
+        .map(|v| json!(v))
+        .collect();
+    let schemas = [
+        json!({"type": "integer", "multipleOf": 7}),
+        json!({"type": "integer", "multipleOf": 7, "minimum": -100, "maximum": 1000}),
+        json!({"type": "integer", "multipleOf": 12, "minimum": 0}),
+        json!({"type": "integer", "multipleOf": 3000, "exclusiveMaximum": 100000}),
+        json!({"type": "integer", "multipleOf": 13, "minimum": 10000, "maximum": 10100}),
+        json!({"type": "integer", "multipleOf": 30, "exclusiveMinimum": -95.5, "maximum": 1e3}),
+        json!({"type": "integer", "multipleOf": 4, "maximum": 50}),
+        json!({"type": "integer", "multipleOf": 1e40}),
+    ];
+    for schema in &schemas {
+        let valid = check(schema, &ints, true);
+        assert!(valid >= 1, "{schema}");
+    }
+    // Numbers with an integer step are integers: every valid integer-valued number, and
+    // no fraction.
+    let nums: Vec<Value> = (-300i64..=300)
+        .map(|v| json!(v))
+        .chain([json!(8.0), json!(2.5), json!(-4.0), json!(50.5)])
+        .collect();
+    let schema = json!({"type": "number", "multipleOf": 4, "maximum": 50.5});
+    check(&schema, &nums, true);
+}
+
+#[test]
 fn products_past_the_automaton_bound_are_refused_naming_it() {
     // One counter per word, times 5000 lengths.
     let schema =
@@ -157,13 +187,28 @@ fn products_past_the_automaton_bound_are_refused_naming_it() {
         "{e}"
     );
     assert!(JsonSchema::compile(&schema, "guided_json").is_ok());
+    // And for `multipleOf`: 97 residues times 15 digits.
+    let limits = Limits {
+        automaton_bytes: 4096,
+        ..Limits::DEFAULT
+    };
+    let schema = json!({"type": "integer", "multipleOf": 97, "minimum": 0});
+    let e = JsonSchema::compile_with(&schema, "guided_json", &limits).unwrap_err();
+    assert!(e.is_limit_exceeded(), "{e}");
+    assert!(
+        e.to_string()
+            .contains("`multipleOf` 97 at # needs more than the 4096-byte automaton limit"),
+        "{e}"
+    );
+    // Under the default it compiles.
+    assert!(JsonSchema::compile(&schema, "guided_json").is_ok());
 }
 
 #[test]
 fn schemas_with_automata_have_no_regex_but_a_grammar() {
     let schema = json!({"type": "object", "properties": {
         "id": {"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 2, "maxLength": 5},
-        "n": {"type": "integer", "minimum": 3}
+        "n": {"type": "integer", "multipleOf": 7}
     }, "required": ["id"]});
     let compiled = JsonSchema::compile(&schema, "guided_json").unwrap();
     assert!(compiled.regex().is_none());
@@ -176,7 +221,7 @@ fn schemas_with_automata_have_no_regex_but_a_grammar() {
         (r#"{"id":"a-"}"#, false),
         (r#"{"id":"a"}"#, false),
         (r#"{"id":"abcdef"}"#, false),
-        (r#"{"id":"ab","n":2}"#, false),
+        (r#"{"id":"ab","n":15}"#, false),
     ] {
         assert_eq!(g.matches(text.as_bytes()), ok, "{text}");
         assert_eq!(compiled.matches(text.as_bytes()), ok, "{text}");

@@ -43,9 +43,18 @@
 //!   ([`JsonSchema::regex`] is `None`), and a product past
 //!   [`Limits::automaton_bytes`] is refused naming the keywords and the limit.
 //! - Integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (draft-4 booleans
-//!   too), compiled to the exact range; `multipleOf` 1 or a divisor of 100 without bounds.
+//!   too), compiled to the exact range; `multipleOf` any positive integer `k`, with or without
+//!   bounds, emitting multiples of at most 15 digits (under 2^53, where validators and
+//!   clients that divide in floating point agree): at most 64 multiples in range are listed,
+//!   a divisor of 100 without bounds is decided by the last two digits, and otherwise
+//!   `k = j * 10^m` is a multiple of `j` followed by `m` zeros, the range's automaton
+//!   intersected with a `j`-state automaton of decimal residues (refused past
+//!   [`Limits::automaton_bytes`]: `j` up to ~170 without bounds). A non-integer step whose
+//!   inverse is an integer (`0.5`) allows every integer.
 //! - Numbers: the same bounds when they are integers (`0 <= x <= 1` is exact: `1`, `1.0`,
-//!   `0.25`, never `1.5`); bounded numbers are written without exponents. Non-integer bounds
+//!   `0.25`, never `1.5`); bounded numbers are written without exponents. With an integer
+//!   `multipleOf` every valid number is an integer, and it is emitted as an integer as above
+//!   (never `8.0` or `8e0`; the bounds may then be non-integers). Non-integer bounds otherwise
 //!   and non-integer `multipleOf` are refused.
 //! - `anyOf`; `oneOf` when the compiler can prove no emitted value matches two branches
 //!   (different types, different `const`/`enum` values of a required property, a required key
@@ -1457,18 +1466,30 @@ impl<'a> Compiler<'a> {
                     "a step that is not an integer",
                 ));
             }
-            let k = k as u64;
+            if k >= 1e38 {
+                // Past every multiple emitted (below): 0 is the only one.
+                let zero = lo_i.is_none_or(|l| l <= 0) && hi_i.is_none_or(|h| h >= 0);
+                return Ok(if zero { Node::lit("0") } else { Node::Nothing });
+            }
+            let k = k as u128;
             if k != 1 {
-                if bounded {
-                    return Err(unsupported(
-                        "multipleOf",
-                        &here,
-                        "a step other than 1 together with bounds",
-                    ));
+                if !bounded && 100 % k == 0 {
+                    // Decided by the last two digits: no automaton, and a regex.
+                    return Ok(multiples(k as u64).expect("k divides 100"));
                 }
-                return multiples(k).ok_or_else(|| {
-                    unsupported("multipleOf", &here, "a step that does not divide 100")
-                });
+                // Multiples have at most MULTIPLE_DIGITS digits (see `multiples`).
+                let most = 10i128.pow(MULTIPLE_DIGITS) - 1;
+                let lo_c = lo_i.map_or(-most, |l| l.max(-most));
+                let hi_c = hi_i.map_or(most, |h| h.min(most));
+                let limits = &self.limits;
+                return number::multiples_in_range(k, Some(lo_c), Some(hi_c), limits).map_err(
+                    |r| {
+                        Fail::Limit(format!(
+                            "`multipleOf` {k} at {here} needs more than {} ({r})",
+                            r.limit_phrase()
+                        ))
+                    },
+                );
             }
         }
         Ok(number::integer_range(lo_i, hi_i))
@@ -2067,7 +2088,14 @@ fn clamp_lengths(n: &Node, min: u32, max: Option<u32>) -> Option<Node> {
     Some(Node::concat(out))
 }
 
-/// Integers that are multiples of `k`, for `k` dividing 100 (decided by the last two digits).
+/// Emitted multiples of an integer `multipleOf` have at most this many digits: every one is
+/// then below 2^53, where a validator or client that divides in binary floating point (a
+/// JavaScript one; `jsonschema` past 64-bit integers) judges it exactly. Unbounded, a random
+/// 30-digit multiple of 3 was "invalid" to the `jsonschema` crate two times in three.
+const MULTIPLE_DIGITS: u32 = 15;
+
+/// Integers that are multiples of `k`, for `k` dividing 100 (decided by the last two digits),
+/// of at most [`MULTIPLE_DIGITS`] digits.
 fn multiples(k: u64) -> Option<Node> {
     if k == 0 || 100 % k != 0 {
         return None;
@@ -2083,7 +2111,7 @@ fn multiples(k: u64) -> Option<Node> {
     }
     pos.push(Node::concat(vec![
         Node::class(vec![('1', '9')]),
-        Node::repeat(Node::class(vec![('0', '9')]), 0, None),
+        Node::repeat(Node::class(vec![('0', '9')]), 0, Some(MULTIPLE_DIGITS - 3)),
         Node::alt(endings.iter().map(|&x| two(x)).collect()),
     ]));
     let pos = Node::alt(pos);

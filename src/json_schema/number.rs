@@ -7,6 +7,9 @@
 //! `5.0`, `5.00`, not `5.1`); bounded numbers are written without exponents.
 
 use super::node::Node;
+use crate::limits::Limits;
+use crate::regex::{Dfa, Refusal};
+use std::sync::Arc;
 
 fn digit(lo: u8, hi: u8) -> Node {
     Node::class(vec![(char::from(b'0' + lo), char::from(b'0' + hi))])
@@ -116,6 +119,116 @@ pub(crate) fn integer_range(lo: Option<i128>, hi: Option<i128>) -> Node {
         alts.push(nonneg_range(a, hi.map(|h| h as u128)));
     }
     Node::alt(alts)
+}
+
+/// Integers in `[lo, hi]` (either side open) that are multiples of `k >= 1`, exactly.
+///
+/// A bounded range with at most [`LISTED_MULTIPLES`] multiples is their list. Otherwise
+/// `k = j * 10^m` with `j` not a multiple of 10: a multiple is `0`, or a non-zero multiple
+/// `q` of `j` followed by `m` zeros, with `q` in the range divided by `10^m`. For `j = 1`
+/// that is a range; otherwise the range's automaton times [`divisible_by`]`(j)`, refused past
+/// `limits` (`j` + 3 states, then the product).
+pub(crate) fn multiples_in_range(
+    k: u128,
+    lo: Option<i128>,
+    hi: Option<i128>,
+    limits: &Limits,
+) -> Result<Node, Refusal> {
+    debug_assert!(k >= 1 && k <= i128::MAX as u128);
+    let ceil_div = |a: i128, p: i128| -((-a).div_euclid(p));
+    if let (Some(l), Some(h)) = (lo, hi) {
+        let ki = k as i128;
+        let (first, last) = (ceil_div(l, ki), h.div_euclid(ki));
+        if last < first {
+            return Ok(Node::Nothing);
+        }
+        if last - first < LISTED_MULTIPLES {
+            return Ok(Node::alt(
+                (first..=last)
+                    .map(|q| Node::lit((q * ki).to_string()))
+                    .collect(),
+            ));
+        }
+    }
+    let (mut j, mut m) = (k, 0u32);
+    while j % 10 == 0 {
+        j /= 10;
+        m += 1;
+    }
+    let p = 10i128.pow(m);
+    let (qlo, qhi) = (lo.map(|l| ceil_div(l, p)), hi.map(|h| h.div_euclid(p)));
+    let neg = match qlo {
+        Some(q) if q > -1 => Node::Nothing,
+        _ => integer_range(qlo, Some(qhi.map_or(-1, |h| h.min(-1)))),
+    };
+    let pos = match qhi {
+        Some(q) if q < 1 => Node::Nothing,
+        _ => integer_range(Some(qlo.map_or(1, |l| l.max(1))), qhi),
+    };
+    // A symmetric range is `-?` and the magnitudes: one automaton for both signs, so the
+    // product below has half the states.
+    let nonzero = match (qlo, qhi) {
+        (Some(l), Some(h)) if l == -h && h >= 1 => Node::concat(vec![
+            Node::opt(Node::lit("-")),
+            nonneg_range(1, Some(h as u128)),
+        ]),
+        _ => Node::alt(vec![neg, pos]),
+    };
+    let multiples = if j == 1 {
+        nonzero
+    } else {
+        Node::intersect(&nonzero, &divisible_by(j, limits)?, limits)?
+    };
+    let zero_in_range = lo.is_none_or(|l| l <= 0) && hi.is_none_or(|h| h >= 0);
+    Ok(Node::alt(vec![
+        if zero_in_range {
+            Node::lit("0")
+        } else {
+            Node::Nothing
+        },
+        Node::concat(vec![multiples, Node::lit("0".repeat(m as usize))]),
+    ]))
+}
+
+/// A bounded range with at most this many multiples lists them (regex text stays available).
+const LISTED_MULTIPLES: i128 = 64;
+
+/// Decimal integers (no leading zeros, no `-0`) divisible by `k >= 2`, as a hand-made
+/// automaton: a start, the state after `-`, `0`, and one state per residue (the value so far
+/// modulo `k`; a digit `d` takes `r` to `(10 r + d) mod k`); refused past `limits`.
+pub(crate) fn divisible_by(k: u128, limits: &Limits) -> Result<Node, Refusal> {
+    const START: usize = 0;
+    const MINUS: usize = 1;
+    const ZERO: usize = 2;
+    const RESIDUE: usize = 3;
+    let too_big = Refusal::Table {
+        states: 0,
+        limit: limits.automaton_bytes,
+    };
+    // Four bytes per state at least: k past the table bound is refused before any work.
+    let k = usize::try_from(k)
+        .ok()
+        .filter(|&k| k <= limits.automaton_bytes / 4)
+        .ok_or(too_big)?;
+    Dfa::from_fn_within(
+        k + RESIDUE,
+        START,
+        |s| s == ZERO || s == RESIDUE,
+        |s, b| {
+            if s == START && b == b'-' {
+                return Some(MINUS);
+            }
+            let d = b.is_ascii_digit().then(|| usize::from(b - b'0'))?;
+            match s {
+                START if d == 0 => Some(ZERO),
+                START | MINUS if d > 0 => Some(RESIDUE + d % k),
+                ZERO | START | MINUS => None,
+                r => Some(RESIDUE + ((r - RESIDUE) * 10 + d) % k),
+            }
+        },
+        limits,
+    )
+    .map(|d| d.map_or(Node::Nothing, |d| Node::Automaton(Arc::new(d))))
 }
 
 /// Any JSON number; the exponent has at most two digits, so every emitted number is finite
@@ -329,6 +442,32 @@ mod tests {
                     continue;
                 }
                 assert_eq!(n.matches(s.as_bytes()), want, "{lo:?} {hi:?} {s}");
+            }
+        }
+    }
+
+    /// Every integer in and around each range, for steps with and without trailing zeros,
+    /// listed, by a range alone, and by the residue automaton.
+    #[test]
+    fn multiples_in_ranges_are_exact() {
+        let limits = Limits::DEFAULT;
+        let ranges = [
+            (-1000, 1000),
+            (1, 999),
+            (-999_999, 999_999),
+            (0, 5000),
+            (-5000, -1),
+            (95, 105),
+        ];
+        for k in [2u128, 3, 7, 10, 12, 30, 125, 700, 1000, 4000] {
+            for (lo, hi) in ranges {
+                let n = multiples_in_range(k, Some(lo), Some(hi), &limits).unwrap();
+                for v in (-6000i128..=6000).chain([999_990, -999_999, 1_000_000, 999_999]) {
+                    let want = lo <= v && v <= hi && v % k as i128 == 0;
+                    let text = v.to_string();
+                    assert_eq!(n.matches(text.as_bytes()), want, "{k} in {lo}..={hi}: {v}");
+                }
+                assert!(!n.matches(b"-0") && !n.matches(b"00") && !n.matches(b""));
             }
         }
     }
