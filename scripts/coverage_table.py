@@ -53,7 +53,8 @@ maxItems contentEncoding contentMediaType contentSchema default examples""".spli
 
 def quoted(blank):
     def repl(m):
-        return m.group(0) if m.group(0)[1:-1] in KEYWORDS else blank
+        inner = m.group(0)[1:-1]
+        return m.group(0) if inner and all(w in KEYWORDS for w in inner.split("/")) else blank
     return repl
 
 
