@@ -170,7 +170,8 @@ def instances(folder, valid, counts):
             dumps(data)  # JSON must carry it
         except Exception as e:  # noqa: BLE001 (whatever fails to parse is skipped)
             counts["skipped_files"] += 1
-            counts["skipped"].append(f"{os.path.relpath(path, os.path.dirname(os.path.dirname(folder)))}: {type(e).__name__}")
+            shown = os.path.relpath(path, os.path.dirname(os.path.dirname(folder)))
+            counts["skipped"].append(f"{shown}: {type(e).__name__}")
             continue
         out.append({"description": name, "valid": valid, "data": data})
     return out
@@ -186,13 +187,15 @@ def main():
     if not args:
         sys.exit(__doc__)
     src = args[0]
+    here = os.path.dirname(os.path.abspath(__file__))
     out = args[1] if len(args) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "tests/data/json_schema/schemastore.tsv.gz"
+        here, "..", "tests", "data", "json_schema", "schemastore.tsv.gz"
     )
     counts = {"skipped_files": 0, "skipped_yaml_no_pyyaml": 0, "skipped": [], "no_schema": []}
     schema_dir = os.path.join(src, "schemas", "json")
     names = sorted(
-        set(os.listdir(os.path.join(src, "test"))) | set(os.listdir(os.path.join(src, "negative_test")))
+        set(os.listdir(os.path.join(src, "test")))
+        | set(os.listdir(os.path.join(src, "negative_test")))
     )
     entries = {}
     for name in names:
@@ -223,14 +226,19 @@ def main():
 
     blob = build()
     dropped = 0
-    if len(blob) > max_bytes:
-        # Drop the largest instances corpus-wide until the estimate fits, then check.
-        sizes = sorted(
-            ((len(dumps(t["data"])), key, i) for key, e in entries.items() for i, t in enumerate(e["tests"])),
-            reverse=True,
-        )
+    # Over the cap: drop the largest instances corpus-wide (never a schema's last one), about
+    # as many bytes as the excess takes unpacked, and check again.
+    while len(blob) > max_bytes:
         ratio = len(blob) / sum(len(dumps(e)) for e in entries.values())
         excess = (len(blob) - max_bytes) / ratio
+        sizes = sorted(
+            (
+                (len(dumps(t["data"])), key, i)
+                for key, e in entries.items()
+                for i, t in enumerate(e["tests"])
+            ),
+            reverse=True,
+        )
         gone = {}
         for size, key, i in sizes:
             if excess <= 0:
@@ -240,8 +248,12 @@ def main():
             gone.setdefault(key, set()).add(i)
             excess -= size
             dropped += 1
+        if not gone:
+            break
         for key, idx in gone.items():
-            entries[key]["tests"] = [t for i, t in enumerate(entries[key]["tests"]) if i not in idx]
+            entries[key]["tests"] = [
+                t for i, t in enumerate(entries[key]["tests"]) if i not in idx
+            ]
         blob = build()
     with open(out, "wb") as f:
         f.write(blob)
