@@ -300,8 +300,7 @@ impl Request {
         let guided = Spec::from_request_with(body, limits)?;
         let (tools, tools_json, tool_choice, parallel_tool_calls) = match endpoint {
             Endpoint::Chat => {
-                let options = crate::constraint::schema_options(body)?;
-                let tools = parse_tools_with(f.get("tools"), limits, options)?;
+                let tools = parse_tools_with(f.get("tools"), limits)?;
                 let choice = parse_tool_choice(f.get("tool_choice"), &tools)?;
                 let parallel = f.boolean("parallel_tool_calls")?.unwrap_or(true);
                 let json = f.get("tools").filter(|_| !tools.is_empty()).cloned();
