@@ -52,7 +52,7 @@
 use crate::choice::{self, json_kind};
 use crate::error::{Error, Result};
 use crate::grammar::{self, Grammar};
-use crate::json_schema::JsonSchema;
+use crate::json_schema::{JsonSchema, SchemaOptions};
 use crate::json_value;
 use crate::limits::{check_size, Limits, MASK_CACHE_BYTES};
 use crate::mask::{check_mask_len, or_words, set_bit, words_for, TokenMask};
@@ -70,8 +70,13 @@ pub enum Spec {
     /// `guided_regex`: the whole output matches this pattern.
     Regex(String),
     /// `guided_json`, or `response_format` `json_schema`: JSON valid under this schema
-    /// ([`crate::json_schema`]); `field` is the request field it came from.
-    Json { schema: Value, field: &'static str },
+    /// ([`crate::json_schema`]); `field` is the request field it came from, `options` how
+    /// to read what the schema leaves unsaid (`guided_json_extra_keys`).
+    Json {
+        schema: Value,
+        field: &'static str,
+        options: SchemaOptions,
+    },
     /// `guided_grammar`: the output is a sentence of this GBNF grammar.
     Grammar(String),
     /// `response_format` `json_object`: the output is one JSON value.
@@ -122,6 +127,7 @@ impl Spec {
             ))
         })?;
         let field = |k: &str| obj.get(k).filter(|v| !v.is_null());
+        let options = schema_options(body)?;
         if let Some(v) = field("guided_choice") {
             return Ok(Some(Spec::Choice(choice::parse_with(v, limits)?)));
         }
@@ -151,6 +157,7 @@ impl Spec {
             return Ok(Some(Spec::Json {
                 schema: v.clone(),
                 field: "guided_json",
+                options,
             }));
         }
         if let Some(v) = field("response_format") {
@@ -168,6 +175,7 @@ impl Spec {
                     Ok(Some(Spec::Json {
                         schema: schema.clone(),
                         field: "response_format",
+                        options,
                     }))
                 }
                 _ => Err(invalid(format!(
@@ -212,13 +220,36 @@ impl Spec {
         match self {
             Spec::Choice(choices) => choice::compile_with(choices, limits).map(Compiled::Dfa),
             Spec::Regex(pattern) => Dfa::new_with(pattern, limits).map(Compiled::Dfa),
-            Spec::Json { schema, field } => {
-                JsonSchema::compile_with(schema, field, limits).map(JsonSchema::into_automaton)
-            }
+            Spec::Json {
+                schema,
+                field,
+                options,
+            } => JsonSchema::compile_with_options(schema, field, limits, *options)
+                .map(JsonSchema::into_automaton),
             Spec::Grammar(text) => Grammar::new_with(text, limits).map(Compiled::Grammar),
             Spec::JsonObject => Ok(Compiled::JsonValue),
         }
     }
+}
+
+/// How a request's JSON Schemas (`guided_json`, `response_format`, tool parameters) read
+/// what they leave unsaid: the extension `guided_json_extra_keys` (a boolean, default
+/// `false`, objects keep to their listed properties where `additionalProperties` is left
+/// out; `true` allows other keys there, as JSON Schema does).
+pub fn schema_options(body: &Value) -> Result<SchemaOptions> {
+    let mut options = SchemaOptions::DEFAULT;
+    match body.get("guided_json_extra_keys") {
+        None | Some(Value::Null) => {}
+        Some(Value::Bool(b)) => options.extra_keys = *b,
+        Some(other) => {
+            return Err(Error::invalid_input(format!(
+                "guided_json_extra_keys must be a boolean, got {}",
+                json_kind(other)
+            ))
+            .with_param("guided_json_extra_keys"))
+        }
+    }
+    Ok(options)
 }
 
 /// The length of a schema's JSON text (a string value is taken as the text itself).
@@ -781,7 +812,8 @@ mod tests {
             s,
             Spec::Json {
                 schema: schema.clone(),
-                field: "guided_json"
+                field: "guided_json",
+                options: SchemaOptions::DEFAULT,
             }
         );
         assert_eq!((s.kind(), s.param()), ("json", "guided_json"));
@@ -796,6 +828,7 @@ mod tests {
         let err = Spec::Json {
             schema: json!({"type": "array", "uniqueItems": true}),
             field: "response_format",
+            options: SchemaOptions::DEFAULT,
         }
         .compile()
         .unwrap_err();

@@ -385,17 +385,6 @@ pub const MAX_ONE_OF_PAIRS: usize = 65_536;
 /// taking the stack.
 pub const MAX_EXCLUDED_KEY_CHARS: usize = 256;
 
-/// How deeply a free-form JSON value (`{}`, `true`, `additionalProperties: true`, an `items`
-/// left open) may nest arrays and objects in `guided_json` output.
-///
-/// A regex cannot count brackets, so "any JSON value" is a bounded-depth one. Each place a
-/// free-form value appears costs ~500 automaton states at depth 2 (`{"a":[1,"x"]}`) and ~150
-/// at depth 1 (`{"a":1}`, `[1,"x"]`), against ~500 states in the 256 KiB automaton limit; so a
-/// schema whose automaton or regex would pass its limit at depth 2 is compiled again at depth
-/// 1 (`JsonSchema::free_form_depth` says which). Values within the depth are never rejected;
-/// deeper ones need `response_format` `json_object`.
-pub const FREE_FORM_DEPTH: u32 = 2;
-
 /// Memory an automaton may use, in bytes (spec: 256 KiB).
 ///
 /// Applied to the Thompson NFA and to the DFA's transition table (4 bytes per state and byte

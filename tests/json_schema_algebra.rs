@@ -9,7 +9,7 @@ mod json_schema_support;
 
 use json_schema_support::*;
 use poot::grammar::Grammar;
-use poot::json_schema::{canonical_json, JsonSchema};
+use poot::json_schema::{canonical_json, JsonSchema, SchemaOptions};
 use poot::limits::Limits;
 use serde_json::{json, Value};
 
@@ -211,9 +211,11 @@ fn schemas_with_automata_have_no_regex_but_a_grammar() {
         "n": {"type": "integer", "multipleOf": 7}
     }, "required": ["id"]});
     let compiled = JsonSchema::compile(&schema, "guided_json").unwrap();
-    assert!(compiled.regex().is_none());
+    assert!(compiled.regex(usize::MAX).is_none());
     assert!(compiled.dfa().is_some());
-    let (gbnf, _) = JsonSchema::gbnf_within(&schema, "tools", &Limits::DEFAULT).unwrap();
+    let (gbnf, _) =
+        JsonSchema::gbnf_within(&schema, "tools", &Limits::DEFAULT, SchemaOptions::DEFAULT)
+            .unwrap();
     let g = Grammar::new(&gbnf).unwrap();
     for (text, ok) in [
         (r#"{"id":"ab","n":14}"#, true),
@@ -230,7 +232,7 @@ fn schemas_with_automata_have_no_regex_but_a_grammar() {
     let plain = json!({"type": "string", "pattern": "^[a-z]{1,3}$", "maxLength": 3});
     assert!(JsonSchema::compile(&plain, "guided_json")
         .unwrap()
-        .regex()
+        .regex(usize::MAX)
         .is_some());
 }
 

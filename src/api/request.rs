@@ -300,7 +300,8 @@ impl Request {
         let guided = Spec::from_request_with(body, limits)?;
         let (tools, tools_json, tool_choice, parallel_tool_calls) = match endpoint {
             Endpoint::Chat => {
-                let tools = parse_tools_with(f.get("tools"), limits)?;
+                let options = crate::constraint::schema_options(body)?;
+                let tools = parse_tools_with(f.get("tools"), limits, options)?;
                 let choice = parse_tool_choice(f.get("tool_choice"), &tools)?;
                 let parallel = f.boolean("parallel_tool_calls")?.unwrap_or(true);
                 let json = f.get("tools").filter(|_| !tools.is_empty()).cloned();

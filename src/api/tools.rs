@@ -27,7 +27,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
-use crate::json_schema::JsonSchema;
+use crate::json_schema::{JsonSchema, SchemaOptions};
 use crate::limits::{Limits, MAX_SCHEMA_REGEX_BYTES, TOOLS_SCHEMA_BUDGET};
 use crate::sampling::splitmix64;
 
@@ -142,13 +142,18 @@ fn valid_name(name: &str) -> bool {
 /// compiles as a `guided_json` schema would (so a forced call can be constrained to it), and
 /// its compile error is returned as is. Every error names the param `tools`.
 pub fn parse_tools(v: Option<&Value>) -> Result<Vec<Tool>> {
-    parse_tools_with(v, &Limits::DEFAULT)
+    parse_tools_with(v, &Limits::DEFAULT, SchemaOptions::DEFAULT)
 }
 
 /// [`parse_tools`] under `limits`: each tool's schema within them, and all of the request's
 /// tools together within [`TOOLS_SCHEMA_BUDGET`] times them (subschema visits, `enum` judge
-/// work, bytes of rules), so a list of 128 hard schemas costs what 4 do.
-pub fn parse_tools_with(v: Option<&Value>, limits: &Limits) -> Result<Vec<Tool>> {
+/// work, bytes of rules), so a list of 128 hard schemas costs what 4 do; their schemas read
+/// by `options` (the request's `guided_json_extra_keys`).
+pub fn parse_tools_with(
+    v: Option<&Value>,
+    limits: &Limits,
+    options: SchemaOptions,
+) -> Result<Vec<Tool>> {
     let items = match v {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
@@ -248,7 +253,8 @@ pub fn parse_tools_with(v: Option<&Value>, limits: &Limits) -> Result<Vec<Tool>>
             }
             .with_param("tools")
         };
-        let (gbnf, work) = JsonSchema::gbnf_within(&parameters, "tools", &this).map_err(shared)?;
+        let (gbnf, work) =
+            JsonSchema::gbnf_within(&parameters, "tools", &this, options).map_err(shared)?;
         left.visits = left.visits.saturating_sub(work.visits);
         left.judge_work = left.judge_work.saturating_sub(work.judge_work);
         left.gbnf_bytes = left.gbnf_bytes.checked_sub(gbnf.len()).ok_or_else(|| {

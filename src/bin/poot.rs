@@ -21,7 +21,7 @@
 //! `poot/serve.rs`). Clocks live here, never in the library.
 
 use poot::constraint::{Constraint, Matcher, Spec};
-use poot::json_schema::{canonical_json, JsonSchema};
+use poot::json_schema::{canonical_json, JsonSchema, SchemaOptions};
 use poot::mask::words_for;
 use poot::vocab::{TokenId, Vocabulary};
 use poot::Error;
@@ -295,7 +295,16 @@ fn emit_gbnf(body: &[u8]) -> (String, bool) {
     let result = parse_request(body)
         .and_then(|v| Spec::from_request(&v))
         .and_then(|spec| match spec {
-            Some(Spec::Json { schema, field }) => JsonSchema::compile(&schema, field),
+            Some(Spec::Json {
+                schema,
+                field,
+                options,
+            }) => JsonSchema::compile_with_options(
+                &schema,
+                field,
+                &poot::limits::Limits::DEFAULT,
+                options,
+            ),
             other => Err(Error::invalid_input(format!(
                 "--emit gbnf needs a guided_json or response_format json_schema constraint, got {}",
                 other.map_or("none", |s| s.kind())
@@ -403,6 +412,7 @@ fn coverage_file(
     let spec = Spec::Json {
         schema: file.get("schema").cloned().unwrap_or(Value::Null),
         field: "guided_json",
+        options: SchemaOptions::DEFAULT,
     };
     let t0 = Instant::now();
     let compiled = Constraint::from_spec(&spec, vocab.clone());

@@ -18,13 +18,21 @@
 //!   `uniqueItems`, `contains` included), so beside a finite list of values everything is
 //!   supported except `unevaluated*`, dynamic references and non-integer `multipleOf`.
 //! - Objects: `properties`, `required` (listed keys mandatory, the rest optional; a required
-//!   key outside `properties` takes the `additionalProperties` schema), keys in sorted order.
-//!   `additionalProperties`: `false` or absent → no other keys (absent is a documented
-//!   restriction: JSON Schema would allow any); `true` or a schema → other keys (never a listed
-//!   name) after the listed ones. An object schema with no `properties` and no
+//!   key outside `properties` takes the `additionalProperties` schema), listed keys in sorted
+//!   order. Other keys: `additionalProperties` `false` → none; `true` or a schema → any other
+//!   name, anywhere among the listed keys (a group before the first listed key present and
+//!   after each one, so a canonical instance's sorted keys are in the language); left out
+//!   beside `properties` → only the listed keys (a documented restriction, the default), or,
+//!   with `guided_json_extra_keys: true` ([`SchemaOptions::extra_keys`]), as JSON Schema
+//!   says: the same as `true`, with free-form values. Extra keys
+//!   never take a listed name, a dependency's trigger, or (at the top of a `oneOf` branch) a
+//!   key any branch names. Implicit extra keys are left out where they would need
+//!   `propertyNames` or `patternProperties` beside listed keys, and for a whole schema whose
+//!   automaton they push past its bound (it then runs as if `guided_json_extra_keys` were
+//!   `false`, rather than being refused). An object schema with no `properties` and no
 //!   `additionalProperties` is free-form (see below). `minProperties` when the required keys
 //!   already meet it or it is 1; `maxProperties` when the listed keys cannot pass it (extra
-//!   keys are then capped). `propertyNames` on listed keys, and on extra keys when there are no
+//!   keys are then capped, after the listed ones). `propertyNames` on listed keys, and on extra keys when there are no
 //!   listed ones. `dependentRequired`/`dependencies`/`dependentSchemas` when they cannot fire
 //!   (the trigger key is never emitted) or, for lists, name keys that are always present.
 //!   `unevaluatedProperties`/`unevaluatedItems` as the `additionalProperties`/`items` they
@@ -73,8 +81,8 @@
 //!   RFC 3986 unreserved and sub-delimiter characters). Other formats a validator checks
 //!   (`uri-reference`, `duration`, `regex`, ...) are refused; unknown names are annotations.
 //! - Free-form values (`true`, `{}`, `additionalProperties: true`, `items` absent): any JSON
-//!   value nested at most [`FREE_FORM_DEPTH`](crate::limits::FREE_FORM_DEPTH) arrays/objects
-//!   deep; inside that depth every value is accepted (canonical form below).
+//!   value, nested to any depth (canonical form below). Brackets that nest without bound are
+//!   not regular, so such a schema runs on the grammar engine (one recursive rule).
 //! - Ignored (no effect on validity): `title`, `description`, `$schema`, `$id`, `$comment`,
 //!   `$anchor`, `$defs`, `definitions`, `examples`, `default`, `deprecated`, `readOnly`,
 //!   `writeOnly`, `contentEncoding`/`contentMediaType`/`contentSchema` from draft 2019-09 on,
@@ -99,15 +107,18 @@
 //!
 //! # Bounds
 //!
-//! The schema text is at most [`Limits::schema_bytes`]; inlining may visit at most
+//! The schema text, as sent, is at most [`Limits::schema_bytes`]; inlining may visit at most
 //! [`Limits::schema_expansion`] subschemas, nest [`Limits::schema_depth`] deep and check
-//! `enum`/`const` values with [`Limits::schema_judge_work`]; the regex text at most [`MAX_SCHEMA_REGEX_BYTES`];
-//! the automaton is built under [`AUTOMATON_BYTES`], like `guided_regex`, and so is each
-//! intersection inside it (with [`Limits::determinize_bytes`] for its state index). A schema whose
-//! DFA would pass that bound (many optional properties, free-form values, nested arrays of
-//! objects: the DFA holds every combination at once) runs instead as the pushdown grammar
-//! of [`JsonSchema::gbnf`], the same language, on the `guided_grammar` engine under
-//! [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES) and its per-step
+//! `enum`/`const` values with [`Limits::schema_judge_work`]. A regular language is built as a
+//! DFA under [`Limits::automaton_bytes`], like `guided_regex`, and so is each intersection
+//! inside it (with [`Limits::determinize_bytes`] for its state index; no regex text is built: its
+//! size was never the memory that matters, and it grows with the square of an object's
+//! optional keys where the automaton does not; [`JsonSchema::regex`] renders one for export).
+//! A schema with free-form values, or whose DFA would pass that bound (many optional
+//! properties, nested arrays of objects: the DFA holds every combination at once), runs
+//! instead as the pushdown grammar of [`JsonSchema::gbnf`] (at most
+//! [`MAX_SCHEMA_REGEX_BYTES`] of text), the same language, on the `guided_grammar` engine
+//! under [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES) and its per-step
 //! work budget; [`JsonSchema::automaton`] says which. Only a schema past both is a 400.
 
 mod judge;
@@ -118,10 +129,7 @@ mod string;
 use crate::constraint::Compiled;
 use crate::error::{Error, Result};
 use crate::grammar::Grammar;
-use crate::limits::{
-    check_size, Limits, AUTOMATON_BYTES, FREE_FORM_DEPTH, MAX_EXCLUDED_KEY_CHARS,
-    MAX_SCHEMA_REGEX_BYTES,
-};
+use crate::limits::{check_size, Limits, MAX_EXCLUDED_KEY_CHARS, MAX_SCHEMA_REGEX_BYTES};
 use crate::regex::{quote, Dfa};
 use node::Node;
 use number::Bound;
@@ -162,10 +170,31 @@ pub struct SchemaWork {
 #[derive(Debug, Clone)]
 pub struct JsonSchema {
     node: Node,
-    /// `None` when the language holds an automaton leaf, which has no regex text.
-    regex: Option<String>,
     automaton: Compiled,
-    free_form_depth: Option<u32>,
+}
+
+/// How the compiler reads what a schema leaves unsaid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaOptions {
+    /// Whether an object schema that lists `properties` and leaves `additionalProperties`
+    /// out accepts other keys, as JSON Schema says (`true`: the request field
+    /// `guided_json_extra_keys: true`), or only its listed keys (`false`, the default for
+    /// now). Extra keys cost generations: with them, the reference model (SmolLM2-135M)
+    /// answered the spec's own character schema with invented keys until `max_tokens`, in
+    /// both choices, and a forced tool call the same way; forbidding them is what most
+    /// engines do by default. The default turns to `true` once a reply that reaches
+    /// `max_tokens` is closed validly (issue 25).
+    pub extra_keys: bool,
+}
+
+impl SchemaOptions {
+    pub const DEFAULT: SchemaOptions = SchemaOptions { extra_keys: false };
+}
+
+impl Default for SchemaOptions {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 impl JsonSchema {
@@ -177,8 +206,19 @@ impl JsonSchema {
 
     /// [`JsonSchema::compile`] under `limits`: the text size and the compiler's budgets.
     pub fn compile_with(schema: &Value, field: &str, limits: &Limits) -> Result<Self> {
+        Self::compile_with_options(schema, field, limits, SchemaOptions::DEFAULT)
+    }
+
+    /// [`JsonSchema::compile_with`], reading what the schema leaves unsaid by `options`.
+    pub fn compile_with_options(
+        schema: &Value,
+        field: &str,
+        limits: &Limits,
+        options: SchemaOptions,
+    ) -> Result<Self> {
         let parsed;
-        let schema = match schema {
+        let (schema, text) = match schema {
+            // The schema's text as sent is what the size bound measures.
             Value::String(text) => {
                 check_size(field, text.len(), limits.schema_bytes)?;
                 parsed = serde_json::from_str::<Value>(text).map_err(|e| {
@@ -186,59 +226,64 @@ impl JsonSchema {
                         .with_param(field)
                         .with_source(e)
                 })?;
-                &parsed
+                (&parsed, text.clone())
             }
-            other => other,
+            other => {
+                let text = other.to_string();
+                check_size(field, text.len(), limits.schema_bytes)?;
+                (other, text)
+            }
         };
-        let text = schema.to_string();
-        check_size(field, text.len(), limits.schema_bytes)?;
         let shown = quote(&text);
-        // Free-form values nest FREE_FORM_DEPTH levels, or one level when that is what
-        // keeps the schema inside the regex and automaton limits. A DFA at either depth is
-        // preferred to a grammar (masks ~0.1 us warm, against the grammar's ~1-10 us and
-        // its slower first visits), then the grammar at either depth.
-        let mut too_big_for_a_dfa = Vec::new();
-        let mut last_error = None;
-        for depth in [FREE_FORM_DEPTH, 1] {
-            let mut c = Compiler::new(schema, depth, *limits);
-            let node = c.schema(schema).map_err(|e| e.into_error(field, &shown))?;
-            let free_form = c.any_cache.iter().any(Option::is_some);
-            let free_form_depth = free_form.then_some(depth);
-            match Self::build_dfa(&node, field, &shown, limits) {
-                Ok((regex, dfa)) => {
+        let mut c = Compiler::new(schema, options, *limits);
+        let node = c.schema(schema).map_err(|e| e.into_error(field, &shown))?;
+        let implicit_extra_keys = c.implicit_extra_keys;
+        match Self::build(node, field, &shown, limits) {
+            Err(e) if e.is_limit_exceeded() && implicit_extra_keys => {
+                // The extra keys JSON Schema allows beside listed properties are what made
+                // the automaton too big (each is a copy of the key and value automata at
+                // every position): the schema runs with its listed keys only, the
+                // documented restriction `guided_json_extra_keys: false` asks for, rather
+                // than being refused.
+                let strict = SchemaOptions { extra_keys: false };
+                let mut c = Compiler::new(schema, strict, *limits);
+                let node = c.schema(schema).map_err(|e| e.into_error(field, &shown))?;
+                Self::build(node, field, &shown, limits)
+            }
+            built => built,
+        }
+    }
+
+    /// The automaton of a compiled node: a DFA where the language is regular and fits
+    /// (masks ~0.1 us warm, against the grammar's ~1-10 us and its slower first visits),
+    /// else the grammar (free-form values nest without bound, and a DFA must hold every
+    /// combination of optional keys at once).
+    fn build(node: Node, field: &str, shown: &str, limits: &Limits) -> Result<Self> {
+        if node == Node::Nothing {
+            return Err(Error::invalid_input(format!(
+                "{field} {shown} allows no value the compiler can emit"
+            ))
+            .with_param(field));
+        }
+        let dfa_error = if node.is_regular() {
+            match Self::build_dfa(&node, field, shown, limits) {
+                Ok(dfa) => {
                     return Ok(JsonSchema {
                         node,
-                        regex,
                         automaton: Compiled::Dfa(dfa),
-                        free_form_depth,
                     })
                 }
-                Err((Some(regex), e)) => {
-                    too_big_for_a_dfa.push((node, regex, free_form_depth));
-                    last_error = Some(e);
-                }
-                Err((None, e)) if e.is_limit_exceeded() => last_error = Some(e),
-                Err((None, e)) => return Err(e),
+                Err(e) if e.is_limit_exceeded() => Some(e),
+                Err(e) => return Err(e),
             }
-            if !free_form {
-                break;
-            }
-        }
-        for (node, regex, free_form_depth) in too_big_for_a_dfa {
-            let dfa_error = last_error.take().expect("each attempt leaves its error");
-            match Self::build_grammar(&node, field, &shown, dfa_error, limits) {
-                Ok(grammar) => {
-                    return Ok(JsonSchema {
-                        node,
-                        regex,
-                        automaton: Compiled::Grammar(grammar),
-                        free_form_depth,
-                    })
-                }
-                Err(e) => last_error = Some(e),
-            }
-        }
-        Err(last_error.expect("a failed compilation has an error"))
+        } else {
+            None
+        };
+        let grammar = Self::build_grammar(&node, field, shown, dfa_error, limits)?;
+        Ok(JsonSchema {
+            node,
+            automaton: Compiled::Grammar(grammar),
+        })
     }
 
     /// The schema's GBNF rules (entry `root`, as [`JsonSchema::gbnf`]) without building an
@@ -252,94 +297,45 @@ impl JsonSchema {
         schema: &Value,
         field: &str,
         limits: &Limits,
+        options: SchemaOptions,
     ) -> Result<(String, SchemaWork)> {
         let text = schema.to_string();
         check_size(field, text.len(), limits.schema_bytes)?;
         let shown = quote(&text);
-        let mut work = SchemaWork::default();
-        let mut last_error = None;
-        for depth in [FREE_FORM_DEPTH, 1] {
-            let mut c = Compiler::new(schema, depth, *limits);
-            let node = c.schema(schema);
-            work.visits += c.visits;
-            work.judge_work += limits.schema_judge_work - c.judge_fuel;
-            let node = node.map_err(|e| e.into_error(field, &shown))?;
-            if node == Node::Nothing {
-                return Err(Error::invalid_input(format!(
-                    "{field} {shown} allows no value the compiler can emit"
-                ))
-                .with_param(field));
-            }
-            if node.to_regex(MAX_SCHEMA_REGEX_BYTES).is_ok() {
-                return Ok((node.to_gbnf(), work));
-            }
-            // An automaton leaf has no regex: the grammar's own text is bounded instead.
-            if node.contains_automaton() {
-                let gbnf = node.to_gbnf();
-                if gbnf.len() <= MAX_SCHEMA_REGEX_BYTES {
-                    return Ok((gbnf, work));
-                }
-            }
-            last_error = Some(
-                Error::limit_exceeded(format!(
-                    "{field} {shown} compiles to a grammar over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
-                ))
-                .with_param(field),
-            );
-            if !c.any_cache.iter().any(Option::is_some) {
-                break;
-            }
+        let mut c = Compiler::new(schema, options, *limits);
+        let node = c.schema(schema);
+        let work = SchemaWork {
+            visits: c.visits,
+            judge_work: limits.schema_judge_work - c.judge_fuel,
+        };
+        let node = node.map_err(|e| e.into_error(field, &shown))?;
+        if node == Node::Nothing {
+            return Err(Error::invalid_input(format!(
+                "{field} {shown} allows no value the compiler can emit"
+            ))
+            .with_param(field));
         }
-        Err(last_error.expect("a failed rendering has an error"))
+        let gbnf = node.to_gbnf();
+        if gbnf.len() > MAX_SCHEMA_REGEX_BYTES {
+            return Err(Error::limit_exceeded(format!(
+                "{field} {shown} compiles to a grammar over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
+            ))
+            .with_param(field));
+        }
+        Ok((gbnf, work))
     }
 
-    /// The regex (bounded; `None` for a language with an automaton leaf) and the DFA. A DFA
-    /// past [`AUTOMATON_BYTES`] returns the regex with the error, for
-    /// [`JsonSchema::build_grammar`] to try.
-    #[allow(clippy::type_complexity)]
-    fn build_dfa(
-        node: &Node,
-        field: &str,
-        shown: &str,
-        limits: &Limits,
-    ) -> std::result::Result<(Option<String>, Dfa), (Option<Option<String>>, Error)> {
-        if *node == Node::Nothing {
-            return Err((
-                None,
-                Error::invalid_input(format!(
-                    "{field} {shown} allows no value the compiler can emit"
-                ))
-                .with_param(field),
-            ));
-        }
-        let regex = match node.to_regex(MAX_SCHEMA_REGEX_BYTES) {
-            Ok(regex) => Some(regex),
-            // The automaton and grammar bounds still apply.
-            Err(()) if node.contains_automaton() => None,
-            Err(()) => {
-                let e = Error::limit_exceeded(format!(
-                    "{field} {shown} compiles to a regex over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
-                ))
-                .with_param(field);
-                return Err((None, e));
-            }
-        };
-        let dfa = node
-            .to_nfa(limits.automaton_bytes)
-            .map_err(|e| {
-                Error::limit_exceeded(format!(
-                    "{field} {shown} needs more than the {}-byte automaton limit",
-                    limits.automaton_bytes
-                ))
-                .with_param(field)
-                .with_source(e)
-            })
-            .and_then(|nfa| Dfa::from_nfa(&nfa, field, shown, limits));
-        match dfa {
-            Ok(dfa) => Ok((regex, dfa)),
-            Err(e) if e.is_limit_exceeded() => Err((Some(regex), e)),
-            Err(e) => Err((None, e)),
-        }
+    /// The DFA, under the deployment's automaton bounds.
+    fn build_dfa(node: &Node, field: &str, shown: &str, limits: &Limits) -> Result<Dfa> {
+        let nfa = node.to_nfa(limits.automaton_bytes).map_err(|e| {
+            Error::limit_exceeded(format!(
+                "{field} {shown} needs more than the {}-byte automaton limit",
+                limits.automaton_bytes
+            ))
+            .with_param(field)
+            .with_source(e)
+        })?;
+        Dfa::from_nfa(&nfa, field, shown, limits)
     }
 
     /// The same language as a pushdown grammar ([`Node::to_gbnf`]) under
@@ -352,51 +348,62 @@ impl JsonSchema {
         node: &Node,
         field: &str,
         shown: &str,
-        dfa_error: Error,
+        dfa_error: Option<Error>,
         limits: &Limits,
     ) -> Result<Grammar> {
-        // The grammar's text is no longer than the regex's (each item once, as a rule), but
-        // it is generated, so bound it here too rather than trust that.
         // Counters first: one count is the smallest grammar and the fastest masks. Then
         // every count expanded: one parse per count (chains) is the faster grammar, nested
         // blocks the smaller one, rendered and tried only when the chains' rules pass the
-        // automaton limit.
-        let mut last = None;
+        // automaton limit. The text is generated, so it is bounded too.
+        let mut why = None;
+        let mut last: Option<String> = None;
         let chains = std::iter::once_with(|| node.to_gbnf());
         let blocked = std::iter::once_with(|| node.to_gbnf_blocked());
         for gbnf in std::iter::once(node.to_gbnf_counted())
             .chain(chains)
             .chain(blocked)
         {
-            if gbnf.len() > MAX_SCHEMA_REGEX_BYTES || last.as_ref().is_some_and(|(g, _)| *g == gbnf)
-            {
+            if last.as_ref() == Some(&gbnf) {
                 continue;
             }
-            match Grammar::from_generated(&gbnf, limits) {
-                Ok(grammar) => return Ok(grammar),
-                Err(why) => last = Some((gbnf, why)),
+            if gbnf.len() > MAX_SCHEMA_REGEX_BYTES {
+                why = Some(format!(
+                    "is {} bytes of GBNF, over the {MAX_SCHEMA_REGEX_BYTES}-byte limit",
+                    gbnf.len()
+                ));
+            } else {
+                match Grammar::from_generated(&gbnf, limits) {
+                    Ok(grammar) => return Ok(grammar),
+                    Err(e) => why = Some(e),
+                }
             }
+            last = Some(gbnf);
         }
-        let Some((_, why)) = last else {
-            return Err(dfa_error);
+        let why = why.expect("at least one grammar was tried");
+        let e = match dfa_error {
+            Some(dfa_error) => Error::limit_exceeded(format!(
+                "{field} {shown} needs more than the {}-byte automaton limit as a DFA, and as a \
+                 grammar it {why}",
+                limits.automaton_bytes
+            ))
+            .with_source(dfa_error),
+            None => Error::limit_exceeded(format!(
+                "{field} {shown} needs a grammar (free-form values nest without bound), and \
+                 the grammar {why}"
+            )),
         };
-        Err(Error::limit_exceeded(format!(
-            "{field} {shown} needs more than the {AUTOMATON_BYTES}-byte automaton limit as a \
-             DFA, and as a grammar it {why}"
-        ))
-        .with_param(field)
-        .with_source(dfa_error))
+        Err(e.with_param(field))
     }
 
-    /// The compiled regex (regex-syntax text; the whole output must match it), or `None`
-    /// when the language holds an automaton built by intersection (a `pattern` with lengths,
-    /// a `format` with a `pattern`, `multipleOf`), which has no regex text here.
-    pub fn regex(&self) -> Option<&str> {
-        self.regex.as_deref()
+    /// The language as regex-syntax text, for export, when it is regular and its text is at
+    /// most `limit` bytes (a regex repeats what the automaton shares: the text can grow
+    /// with the square of an object's optional keys).
+    pub fn regex(&self, limit: usize) -> Option<String> {
+        self.node.to_regex(limit).ok()
     }
 
-    /// A GBNF grammar (llama.cpp syntax, entry rule `root`) accepting exactly the language of
-    /// [`JsonSchema::regex`], for engines that take grammars rather than regexes.
+    /// A GBNF grammar (llama.cpp syntax, entry rule `root`) accepting exactly the schema's
+    /// language, for engines that take grammars rather than regexes.
     pub fn gbnf(&self) -> String {
         self.node.to_gbnf()
     }
@@ -418,13 +425,6 @@ impl JsonSchema {
     /// The automaton, by value.
     pub fn into_automaton(self) -> Compiled {
         self.automaton
-    }
-
-    /// How deeply free-form values may nest in this schema's output
-    /// ([`FREE_FORM_DEPTH`], or 1 where that depth would pass a limit); `None` when the
-    /// schema has no free-form value.
-    pub fn free_form_depth(&self) -> Option<u32> {
-        self.free_form_depth
     }
 
     /// Whether `output` is in the language (a direct simulation, no automaton: for tests and
@@ -628,6 +628,65 @@ fn sep() -> Node {
 
 fn colon() -> Node {
     Node::concat(vec![Node::lit(":"), ws()])
+}
+
+/// The pieces of [`Node::AnyJson`]'s form, built once: its scalars, an object key, and the
+/// separators (the output form's, see the module docs).
+pub(crate) struct AnyJsonParts {
+    pub scalar: Node,
+    pub key: Node,
+    pub colon: Node,
+    pub sep: Node,
+}
+
+pub(crate) fn any_json_parts() -> &'static AnyJsonParts {
+    static PARTS: std::sync::OnceLock<AnyJsonParts> = std::sync::OnceLock::new();
+    PARTS.get_or_init(|| {
+        let key = Node::concat(vec![
+            Node::lit("\""),
+            Node::repeat(string::any_unit(), 0, None),
+            Node::lit("\""),
+        ]);
+        AnyJsonParts {
+            scalar: Node::alt(vec![
+                Node::lit("null"),
+                Node::lit("true"),
+                Node::lit("false"),
+                number::any_number(),
+                key.clone(),
+            ]),
+            key,
+            colon: colon(),
+            sep: sep(),
+        }
+    })
+}
+
+/// [`Node::AnyJson`] one level spelled out: a scalar, or an array or object whose items are
+/// `AnyJson` again (the grammar's recursive rule).
+pub(crate) fn any_json_body() -> &'static Node {
+    static BODY: std::sync::OnceLock<Node> = std::sync::OnceLock::new();
+    BODY.get_or_init(|| {
+        let p = any_json_parts();
+        Node::alt(vec![
+            p.scalar.clone(),
+            Node::concat(vec![
+                Node::lit("["),
+                Node::list(Node::AnyJson, p.sep.clone(), 0, None),
+                Node::lit("]"),
+            ]),
+            Node::concat(vec![
+                Node::lit("{"),
+                Node::list(
+                    Node::concat(vec![p.key.clone(), p.colon.clone(), Node::AnyJson]),
+                    p.sep.clone(),
+                    0,
+                    None,
+                ),
+                Node::lit("}"),
+            ]),
+        ])
+    })
 }
 
 fn key_lit(k: &str) -> Node {
@@ -1066,13 +1125,18 @@ struct Compiler<'a> {
     judge_fuel: u64,
     /// The budgets this compile runs under.
     limits: Limits,
-    /// Free-form values by depth, built once.
-    any_cache: Vec<Option<Node>>,
-    free_depth: u32,
+    options: SchemaOptions,
+    /// Names the extra keys of the object compiled at this path must avoid: set while a
+    /// `oneOf` branch is compiled, so that "another branch requires a key this branch never
+    /// emits" stays true when the branch takes extra keys.
+    avoided_keys: Option<(String, BTreeSet<String>)>,
+    /// Whether some object took extra keys because its schema left `additionalProperties`
+    /// out ([`SchemaOptions::extra_keys`]).
+    implicit_extra_keys: bool,
 }
 
 impl<'a> Compiler<'a> {
-    fn new(root: &'a Value, free_depth: u32, limits: Limits) -> Self {
+    fn new(root: &'a Value, options: SchemaOptions, limits: Limits) -> Self {
         let draft = match root.get("$schema").and_then(Value::as_str) {
             Some(s) if s.contains("draft-04") => Draft::D4,
             Some(s) if s.contains("draft-06") => Draft::D6,
@@ -1089,8 +1153,9 @@ impl<'a> Compiler<'a> {
             depth: 0,
             judge_fuel: limits.schema_judge_work,
             limits,
-            any_cache: vec![None; free_depth as usize + 1],
-            free_depth,
+            options,
+            avoided_keys: None,
+            implicit_extra_keys: false,
         }
     }
 
@@ -1118,7 +1183,7 @@ impl<'a> Compiler<'a> {
             )));
         }
         match s {
-            Value::Bool(true) => return Ok(self.any_value(self.free_depth)),
+            Value::Bool(true) => return Ok(Node::AnyJson),
             Value::Bool(false) => return Ok(Node::Nothing),
             Value::Object(_) => {}
             _ => {
@@ -1239,6 +1304,10 @@ impl<'a> Compiler<'a> {
         if m.contains_key("if") && (m.contains_key("then") || m.contains_key("else")) {
             return Err(unsupported("if", &here, "conditional subschemas"));
         }
+        if !m.keys().any(|k| is_validation_key(k)) {
+            // `{}`: any value (one grammar rule, rather than each type spelled out).
+            return Ok(Node::AnyJson);
+        }
         // anyOf / oneOf: distribute the rest of the schema into each branch.
         if m.contains_key("anyOf") || m.contains_key("oneOf") {
             return self.branches(m);
@@ -1296,11 +1365,22 @@ impl<'a> Compiler<'a> {
                             let fo = self.at(&format!("oneOf/{j}"), |c| c.flatten(o))?;
                             merged.push(merge(with_a.clone(), fo, &here)?);
                         }
-                        // Branches that emit nothing do not count.
+                        // Branches that emit nothing do not count. A branch's extra keys avoid
+                        // every key a branch names, so the proofs below can rely on "never
+                        // emits" for keys outside a branch's own.
+                        let mut named = BTreeSet::new();
+                        for b in &merged {
+                            named.extend(object_key_names(b));
+                        }
                         let mut nodes = Vec::new();
                         let mut live = Vec::new();
                         for (j, b) in merged.iter().enumerate() {
-                            let n = self.at(&format!("oneOf/{j}"), |c| c.flat_schema(b))?;
+                            let n = self.at(&format!("oneOf/{j}"), |c| {
+                                let previous = c.avoided_keys.replace((c.here(), named.clone()));
+                                let n = c.flat_schema(b);
+                                c.avoided_keys = previous;
+                                n
+                            })?;
                             if n != Node::Nothing {
                                 nodes.push(n);
                                 live.push(j);
@@ -1320,7 +1400,15 @@ impl<'a> Compiler<'a> {
                         }
                         for &x in &live {
                             for &y in &live {
-                                if x != y && !excludes(&merged[x], &merged[y], &here)? {
+                                if x != y
+                                    && !excludes(
+                                        &merged[x],
+                                        &merged[y],
+                                        &here,
+                                        false,
+                                        self.options.extra_keys,
+                                    )?
+                                {
                                     return Err(Fail::Invalid(format!(
                                         "`oneOf` at {here}: a value of branch {x} may also match branch {y}, and oneOf needs exactly one; the compiler only accepts branches it can prove exclusive (different types, `const`/`enum` values of a required property, required keys)"
                                     )));
@@ -1772,14 +1860,21 @@ impl<'a> Compiler<'a> {
         };
         // Extra keys: explicit true/schema; a bare object (no properties) is free-form.
         // Keys beside `properties` are checked by additionalProperties, else (when an
-        // applicator's branch was merged in) by unevaluatedProperties.
+        // applicator's branch was merged in) by unevaluatedProperties. Left out beside
+        // listed properties, JSON Schema allows any other key (`implicit`), unless the
+        // request opted out (`SchemaOptions::extra_keys`).
         let extra_schema = m
             .get("additionalProperties")
             .or_else(|| m.get("unevaluatedProperties"));
-        let extra: Option<Value> = match extra_schema {
+        let implicit = extra_schema.is_none()
+            && !props.is_empty()
+            && patterns.is_empty()
+            && self.options.extra_keys;
+        let mut extra: Option<Value> = match extra_schema {
             Some(Value::Bool(false)) => None,
             Some(v) => Some(v.clone()),
             None if props.is_empty() && patterns.is_empty() => Some(Value::Bool(true)),
+            None if implicit => Some(Value::Bool(true)),
             None => None,
         };
         // propertyNames: listed keys must satisfy it; extra keys only without listed ones.
@@ -1797,6 +1892,11 @@ impl<'a> Compiler<'a> {
                 Some(self.at("propertyNames", |c| c.flat_schema(&s))?)
             }
         };
+        if implicit && names_node.is_some() {
+            // Extra keys would need `propertyNames` and "not a listed key" at once: the
+            // implicit ones are left out rather than the schema refused.
+            extra = None;
+        }
         let key_ok = |k: &str| {
             names_node.as_ref().is_none_or(|n| {
                 n.matches(
@@ -1887,8 +1987,10 @@ impl<'a> Compiler<'a> {
                 continue;
             };
             for (trigger, dep) in deps {
+                // Extra keys never take a trigger's name (`excluded` below), unless
+                // `propertyNames` spells the extra keys.
                 let fires = emitted.contains(trigger.as_str())
-                    || extra.is_some()
+                    || (extra.is_some() && names_node.is_some())
                     || matches_pattern(trigger);
                 if !fires {
                     continue;
@@ -1921,7 +2023,19 @@ impl<'a> Compiler<'a> {
             let key = match &names_node {
                 Some(n) => n.clone(),
                 None => {
-                    if let Some(long) = keys
+                    // Not a listed key (it would bypass that key's schema), nor a dependency's
+                    // trigger (the dependency would fire), nor a key a sibling `oneOf` branch
+                    // names (see `avoided_keys`).
+                    let mut excluded: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+                    for dk in ["dependentRequired", "dependencies", "dependentSchemas"] {
+                        if let Some(Value::Object(deps)) = m.get(dk) {
+                            excluded.extend(deps.keys().map(String::as_str));
+                        }
+                    }
+                    if let Some((_, avoided)) = self.avoided_keys.as_ref().filter(|a| a.0 == here) {
+                        excluded.extend(avoided.iter().map(String::as_str));
+                    }
+                    if let Some(long) = excluded
                         .iter()
                         .find(|k| k.chars().count() > MAX_EXCLUDED_KEY_CHARS)
                     {
@@ -1933,19 +2047,45 @@ impl<'a> Compiler<'a> {
                             long.chars().count()
                         )));
                     }
-                    let names: Vec<&str> = keys.iter().map(String::as_str).collect();
-                    string::string_node(&string::none_of(&names))
+                    if excluded.is_empty() {
+                        any_json_parts().key.clone()
+                    } else {
+                        let names: Vec<&str> = excluded.into_iter().collect();
+                        string::string_node(&string::none_of(&names))
+                    }
                 }
             };
             let value = self.at("additionalProperties", |c| c.schema(&x))?;
             if value != Node::Nothing {
+                self.implicit_extra_keys |= implicit;
+                let free_value = value == Node::AnyJson;
                 let item = Node::concat(vec![key, colon(), value]);
-                let min_extra = if nonempty && listed == r && r < min_p {
-                    min_p - r
+                // Among the listed keys when the value is one grammar rule (a free-form
+                // one); a schema's value is copied into every position, and 70 listed keys
+                // beside a 10-property value schema took 0.7 s to render and compile (debug),
+                // so those extra keys follow the listed ones, as a canonical instance has
+                // them when their names sort last.
+                if extra_max.is_none() && !seq_items.is_empty() && free_value {
+                    // Extra keys anywhere among the listed ones, as a canonical (sorted)
+                    // instance has them: a group before the first listed key present, and
+                    // after each one present. Each extra key belongs to the listed key
+                    // before it, so a text has one parse.
+                    let trailing = Node::repeat(Node::concat(vec![sep(), item.clone()]), 0, None);
+                    for (listed, _) in &mut seq_items {
+                        *listed = Node::concat(vec![
+                            std::mem::replace(listed, Node::Empty),
+                            trailing.clone(),
+                        ]);
+                    }
+                    seq_items.insert(0, (Node::list(item, sep(), 1, None), false));
                 } else {
-                    1
-                };
-                seq_items.push((Node::list(item, sep(), min_extra, extra_max), false));
+                    let min_extra = if nonempty && listed == r && r < min_p {
+                        min_p - r
+                    } else {
+                        1
+                    };
+                    seq_items.push((Node::list(item, sep(), min_extra, extra_max), false));
+                }
             }
         }
         if !patterns.is_empty() {
@@ -1965,46 +2105,6 @@ impl<'a> Compiler<'a> {
         }
         let body = Node::seq(seq_items, sep(), nonempty && r == 0);
         Ok(Node::concat(vec![Node::lit("{"), body, Node::lit("}")]))
-    }
-
-    /// Any JSON value nested at most `depth` levels.
-    fn any_value(&mut self, depth: u32) -> Node {
-        if let Some(n) = &self.any_cache[depth as usize] {
-            return n.clone();
-        }
-        let any_string = Node::concat(vec![
-            Node::lit("\""),
-            Node::repeat(string::any_unit(), 0, None),
-            Node::lit("\""),
-        ]);
-        let mut alts = vec![
-            Node::lit("null"),
-            Node::lit("true"),
-            Node::lit("false"),
-            number::any_number(),
-            any_string.clone(),
-        ];
-        if depth > 0 {
-            let inner = self.any_value(depth - 1);
-            alts.push(Node::concat(vec![
-                Node::lit("["),
-                Node::list(inner.clone(), sep(), 0, None),
-                Node::lit("]"),
-            ]));
-            alts.push(Node::concat(vec![
-                Node::lit("{"),
-                Node::list(
-                    Node::concat(vec![any_string, colon(), inner]),
-                    sep(),
-                    0,
-                    None,
-                ),
-                Node::lit("}"),
-            ]));
-        }
-        let n = Node::alt(alts);
-        self.any_cache[depth as usize] = Some(n.clone());
-        n
     }
 }
 
@@ -2173,9 +2273,31 @@ fn fixed_values_disjoint<'m>(branches: impl Iterator<Item = &'m Map<String, Valu
     true
 }
 
+/// The keys a schema names at its top level: its `properties` and `required`.
+fn object_key_names(m: &Map<String, Value>) -> BTreeSet<String> {
+    let mut out: BTreeSet<String> = m
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    if let Some(Value::Array(r)) = m.get("required") {
+        out.extend(r.iter().filter_map(|v| v.as_str().map(str::to_owned)));
+    }
+    out
+}
+
 /// Whether no value emitted for schema `a` is valid under schema `b` (both flattened).
-/// Conservative: `false` when unsure.
-fn excludes(a: &Map<String, Value>, b: &Map<String, Value>, path: &str) -> R<bool> {
+/// Conservative: `false` when unsure. `a_extra_keys`: whether `a`'s objects take extra keys
+/// beside listed properties where `additionalProperties` is left out, with any name (at the
+/// top of a `oneOf` branch they avoid every key a branch names: `false`); `extra_keys`: the
+/// same below the top ([`SchemaOptions::extra_keys`]).
+fn excludes(
+    a: &Map<String, Value>,
+    b: &Map<String, Value>,
+    path: &str,
+    a_extra_keys: bool,
+    extra_keys: bool,
+) -> R<bool> {
     let ta = emitted_types(a, path)?;
     // The types b accepts: its `type`, else all of them.
     let tb = explicit_types(b, path)?.unwrap_or_else(|| TYPES.into_iter().collect());
@@ -2215,7 +2337,7 @@ fn excludes(a: &Map<String, Value>, b: &Map<String, Value>, path: &str) -> R<boo
                     continue;
                 }
             }
-            if *t == "object" && object_excludes(a, b, path)? {
+            if *t == "object" && object_excludes(a, b, path, a_extra_keys, extra_keys)? {
                 continue;
             }
             return Ok(false);
@@ -2227,7 +2349,13 @@ fn excludes(a: &Map<String, Value>, b: &Map<String, Value>, path: &str) -> R<boo
 /// Objects emitted for `a` are all invalid under `b`: a key `b` requires that `a` never
 /// emits, a key `a` always emits that `b` forbids, or an always-emitted key whose values
 /// exclude each other.
-fn object_excludes(a: &Map<String, Value>, b: &Map<String, Value>, path: &str) -> R<bool> {
+fn object_excludes(
+    a: &Map<String, Value>,
+    b: &Map<String, Value>,
+    path: &str,
+    a_extra_keys: bool,
+    extra_keys: bool,
+) -> R<bool> {
     let empty = Map::new();
     let pa = a
         .get("properties")
@@ -2253,7 +2381,7 @@ fn object_excludes(a: &Map<String, Value>, b: &Map<String, Value>, path: &str) -
     let a_extra = match a.get("additionalProperties") {
         Some(Value::Bool(false)) => false,
         Some(_) => true,
-        None => pa.is_empty(),
+        None => pa.is_empty() || a_extra_keys,
     };
     for k in &rb {
         if !pa.contains_key(k) && !ra.contains(k) && !a_extra {
@@ -2277,7 +2405,7 @@ fn object_excludes(a: &Map<String, Value>, b: &Map<String, Value>, path: &str) -
             {
                 continue;
             }
-            if excludes(sa, sb, path)? {
+            if excludes(sa, sb, path, extra_keys, extra_keys)? {
                 return Ok(true);
             }
         }
@@ -2313,7 +2441,7 @@ mod tests {
     #[test]
     fn objects_sort_keys_and_honour_required() {
         let c = compile(
-            json!({"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"string"}},"required":["b"]}),
+            json!({"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"string"}},"required":["b"],"additionalProperties":false}),
         );
         let d = c.dfa().expect("a DFA");
         for ok in [r#"{"b":1}"#, r#"{"a":"x","b":-2}"#, r#"{"a": "x", "b": 3}"#] {
@@ -2377,10 +2505,79 @@ mod tests {
     }
 
     #[test]
-    fn free_form_values_nest_to_the_documented_depth() {
-        let c = compile(json!({}));
-        let deep = "[".repeat(FREE_FORM_DEPTH as usize) + &"]".repeat(FREE_FORM_DEPTH as usize);
-        assert!(c.matches(deep.as_bytes()));
-        assert!(c.matches(br#"{"a":[1,"x",null]}"#) || FREE_FORM_DEPTH < 2);
+    fn free_form_values_nest_to_any_depth() {
+        for schema in [
+            json!({}),
+            json!(true),
+            json!({"type": "array"}),
+            json!({"type": "object", "properties": {"a": {}}, "required": ["a"]}),
+        ] {
+            let c = compile(schema.clone());
+            assert!(c.dfa().is_none(), "{schema}: brackets nest without bound");
+            let deep = |n: usize| "[".repeat(n) + &"]".repeat(n);
+            let wrapped = |v: &str| {
+                if schema.get("properties").is_some() {
+                    format!(r#"{{"a":{v}}}"#)
+                } else if schema.get("type").is_some() {
+                    format!("[{v}]")
+                } else {
+                    v.to_owned()
+                }
+            };
+            for v in [
+                deep(1),
+                deep(40),
+                r#"{"a":[1,"x",{"b":[null,{"c":{}}]}]}"#.into(),
+            ] {
+                let text = wrapped(&v);
+                assert!(c.matches(text.as_bytes()), "{schema}: {text}");
+                assert!(
+                    c.automaton().matches(text.as_bytes()),
+                    "{schema}: the grammar rejects {text}"
+                );
+            }
+            for bad in ["[1,]", r#"{"a"}"#, "[[]"] {
+                let text = wrapped(bad);
+                assert!(!c.matches(text.as_bytes()), "{schema}: {text}");
+                assert!(!c.automaton().matches(text.as_bytes()), "{schema}: {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn listed_properties_take_extra_keys_when_the_request_asks() {
+        let schema = json!({"type": "object", "properties": {"b": {"type": "integer"},
+            "d": {"type": "boolean"}}, "required": ["d"]});
+        let c = JsonSchema::compile_with_options(
+            &schema,
+            "guided_json",
+            &Limits::DEFAULT,
+            SchemaOptions { extra_keys: true },
+        )
+        .unwrap();
+        // Extra keys anywhere among the listed ones (a sorted instance's order), any value.
+        for ok in [
+            r#"{"d":true}"#,
+            r#"{"a":1,"b":2,"c":[{"x":[]}],"d":false,"e":null}"#,
+            r#"{"d":true,"z":"q","y":1}"#,
+            r#"{"zz":{},"d":true}"#,
+        ] {
+            assert!(c.matches(ok.as_bytes()), "{ok}");
+            assert!(c.automaton().matches(ok.as_bytes()), "{ok}");
+        }
+        // A listed key is never an extra one: its schema holds, and it appears once.
+        for bad in [
+            r#"{"b":"x","d":true}"#,
+            r#"{"d":true,"b":1}"#,
+            r#"{"d":true,"d":false}"#,
+            r#"{"b":1}"#,
+        ] {
+            assert!(!c.matches(bad.as_bytes()), "{bad}");
+            assert!(!c.automaton().matches(bad.as_bytes()), "{bad}");
+        }
+        let strict = compile(schema);
+        assert!(strict.dfa().is_some());
+        assert!(strict.matches(br#"{"b":2,"d":true}"#));
+        assert!(!strict.matches(br#"{"a":1,"d":true}"#));
     }
 }

@@ -61,6 +61,10 @@ pub(crate) enum Node {
     },
     /// The language of a byte DFA over UTF-8 text (see the module docs).
     Automaton(Arc<Dfa>),
+    /// Any JSON value, nested to any depth ([`super::any_json_body`] spells it out). Not
+    /// regular: a node holding one has no NFA ([`Node::is_regular`]) and runs as a grammar,
+    /// where it is one recursive rule.
+    AnyJson,
 }
 
 /// Normalizes ranges: sorted, merged when overlapping or adjacent.
@@ -278,6 +282,23 @@ impl Node {
         }
     }
 
+    /// Whether the language is regular, so that [`Node::to_nfa`] can build it: every node
+    /// but [`Node::AnyJson`] is.
+    pub(crate) fn is_regular(&self) -> bool {
+        match self {
+            Node::AnyJson => false,
+            Node::Empty | Node::Nothing | Node::Lit(_) | Node::Class(_) | Node::Automaton(_) => {
+                true
+            }
+            Node::Concat(items) | Node::Alt(items) => items.iter().all(Node::is_regular),
+            Node::Repeat(item, ..) => item.is_regular(),
+            Node::Seq { items, sep, .. } => {
+                sep.is_regular() && items.iter().all(|(i, _)| i.is_regular())
+            }
+            Node::List { item, sep, .. } => item.is_regular() && sep.is_regular(),
+        }
+    }
+
     /// A [`Node::List`] as the plain concatenation and repetition a regex needs (its
     /// children keep their lists); any other node as it is.
     fn expand(&self) -> Node {
@@ -320,6 +341,8 @@ impl Node {
             Node::Automaton(_) => return Err(()),
             Node::Empty => out.push_str("(?:)"),
             Node::Nothing => out.push_str(r"[^\x00-\x{10FFFF}]"),
+            // Brackets nest without bound: no regex.
+            Node::AnyJson => return Err(()),
             Node::Lit(s) => out.push_str(&regex_syntax::escape(s)),
             Node::Class(r) => write_regex_class(out, r),
             Node::Concat(items) => {
@@ -427,6 +450,7 @@ impl Node {
                 (n, Some(n))
             }
             Node::Class(_) => (1, Some(1)),
+            Node::AnyJson => (1, None),
             Node::Concat(items) => items.iter().fold((0, Some(0)), |(a, b), n| {
                 let (c, d) = n.char_len();
                 (
@@ -615,6 +639,12 @@ impl Node {
                     }
                 }
             }
+            Node::AnyJson => {
+                let mut memo = HashMap::default();
+                for &p in starts {
+                    out.extend(any_json_ends(s, p, 0, &mut memo));
+                }
+            }
         }
         out
     }
@@ -645,10 +675,11 @@ impl Node {
     }
 
     /// Whether an automaton leaf occurs anywhere in the tree (the tree then has no regex).
+    #[cfg(test)]
     pub(crate) fn contains_automaton(&self) -> bool {
         match self {
             Node::Automaton(_) => true,
-            Node::Empty | Node::Nothing | Node::Lit(_) | Node::Class(_) => false,
+            Node::Empty | Node::Nothing | Node::Lit(_) | Node::Class(_) | Node::AnyJson => false,
             Node::Concat(items) | Node::Alt(items) => items.iter().any(Node::contains_automaton),
             Node::Repeat(item, ..) => item.contains_automaton(),
             Node::Seq { items, sep, .. } => {
@@ -715,6 +746,66 @@ impl Node {
         }
         Some(out)
     }
+}
+
+/// Deepest nesting [`Node::matches`] follows inside a [`Node::AnyJson`] (each level is a
+/// few stack frames); a deeper value is not matched.
+const MATCH_JSON_DEPTH: usize = 256;
+
+/// The end positions of a JSON value of [`Node::AnyJson`]'s form that starts at `p`
+/// (`memo` by position: a number's prefixes are values too, so positions repeat).
+fn any_json_ends(
+    s: &[u8],
+    p: usize,
+    depth: usize,
+    memo: &mut HashMap<usize, BTreeSet<usize>>,
+) -> BTreeSet<usize> {
+    if let Some(known) = memo.get(&p) {
+        return known.clone();
+    }
+    let parts = super::any_json_parts();
+    let one: BTreeSet<usize> = [p].into_iter().collect();
+    let mut out = parts.scalar.ends(s, &one);
+    let (open, close) = match s.get(p) {
+        Some(b'[') => (b'[', b']'),
+        Some(b'{') => (b'{', b'}'),
+        _ => {
+            memo.insert(p, out.clone());
+            return out;
+        }
+    };
+    if depth < MATCH_JSON_DEPTH {
+        let item = |from: &BTreeSet<usize>, memo: &mut HashMap<usize, BTreeSet<usize>>| {
+            let starts = if open == b'{' {
+                parts.colon.ends(s, &parts.key.ends(s, from))
+            } else {
+                from.clone()
+            };
+            let mut ends = BTreeSet::new();
+            for q in starts {
+                ends.extend(any_json_ends(s, q, depth + 1, memo));
+            }
+            ends
+        };
+        let inside: BTreeSet<usize> = [p + 1].into_iter().collect();
+        let mut closers = inside.clone();
+        let mut seen = BTreeSet::new();
+        let mut frontier = item(&inside, memo);
+        while !frontier.is_empty() {
+            closers.extend(frontier.iter().copied());
+            seen.extend(frontier.iter().copied());
+            let next = item(&parts.sep.ends(s, &frontier), memo);
+            frontier = next.into_iter().filter(|q| !seen.contains(q)).collect();
+        }
+        out.extend(
+            closers
+                .into_iter()
+                .filter(|&q| s.get(q) == Some(&close))
+                .map(|q| q + 1),
+        );
+    }
+    memo.insert(p, out.clone());
+    out
 }
 
 fn push_concat(out: &mut Vec<Node>, n: Node) {
@@ -794,7 +885,9 @@ fn nfa_node(b: &mut Builder, n: &Node) -> Result<Frag, Box<thompson::BuildError>
             let e = b.add_empty()?;
             Ok((e, e))
         }
-        Node::Nothing => {
+        // Callers build NFAs only for regular nodes (`Node::is_regular`); were one to get
+        // here anyway, the value would be refused, never let through.
+        Node::Nothing | Node::AnyJson => {
             let s = b.add_union(vec![])?;
             let e = b.add_empty()?;
             Ok((s, e))
@@ -1022,6 +1115,7 @@ fn expanded_len(n: &Node, cap: usize) -> usize {
         Node::Empty | Node::Nothing => 2,
         // A rule per state, ~16 bytes of text each at least.
         Node::Automaton(d) => d.state_count().saturating_mul(16).min(cap),
+        Node::AnyJson => 8,
         Node::Lit(s) => s.len() + 2,
         Node::Class(r) => 2 + 8 * r.len(),
         Node::Concat(items) | Node::Alt(items) => sum(&mut items.iter()),
@@ -1073,7 +1167,12 @@ const GBNF_MAX_CHAIN_RULES: usize = 16;
 /// Counts every composite subtree of `n` (how often each value occurs in the tree).
 fn count_subtrees<'a>(n: &'a Node, counts: &mut HashMap<&'a Node, usize>) {
     let children: Vec<&Node> = match n {
-        Node::Empty | Node::Nothing | Node::Lit(_) | Node::Class(_) | Node::Automaton(_) => return,
+        Node::Empty
+        | Node::Nothing
+        | Node::Lit(_)
+        | Node::Class(_)
+        | Node::Automaton(_)
+        | Node::AnyJson => return,
         Node::Concat(items) | Node::Alt(items) => items.iter().collect(),
         Node::Repeat(item, ..) => vec![item],
         Node::Seq { items, sep, .. } => {
@@ -1112,6 +1211,8 @@ struct Gbnf<'a> {
     /// Each automaton's start rule ([`Gbnf::automaton`]), so an automaton used twice (one
     /// `$defs` string in several properties) is written once.
     automata: HashMap<&'a Dfa, String>,
+    /// The rule of [`Node::AnyJson`], once rendered.
+    any_json: Option<String>,
 }
 
 impl<'a> Gbnf<'a> {
@@ -1380,6 +1481,19 @@ impl<'a> Gbnf<'a> {
             Node::Nothing => r"[^\x00-\U0010FFFF]".into(),
             Node::Lit(s) => gbnf_literal(s),
             Node::Class(r) => gbnf_class(r),
+            Node::AnyJson => {
+                if let Some(name) = &self.any_json {
+                    return name.clone();
+                }
+                // Named before its body is rendered: the body refers to itself.
+                let name = format!("anyjson{}", self.rules.len() + 1);
+                self.any_json = Some(name.clone());
+                let slot = self.rules.len();
+                self.rules.push((name.clone(), String::new()));
+                let body = self.expr(super::any_json_body());
+                self.rules[slot].1 = body;
+                name
+            }
             Node::Concat(items) => items
                 .iter()
                 .map(|i| self.atom(i))

@@ -130,8 +130,8 @@ pub(crate) fn encode(n: &Node) -> Node {
         Node::Concat(items) => Node::concat(items.iter().map(encode).collect()),
         Node::Alt(items) => Node::alt(items.iter().map(encode).collect()),
         Node::Repeat(item, min, max) => Node::repeat(encode(item), *min, *max),
-        Node::Seq { .. } | Node::List { .. } => {
-            unreachable!("string contents never hold Seq or List")
+        Node::Seq { .. } | Node::List { .. } | Node::AnyJson => {
+            unreachable!("string contents never hold Seq, List or AnyJson")
         }
         Node::Automaton(_) => unreachable!("content automata are encoded by encode_automaton"),
     }

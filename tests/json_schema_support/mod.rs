@@ -17,10 +17,20 @@ pub fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/json_schema")
 }
 
-/// JSONSchemaBench, one `(file name, file JSON)` per schema, from the committed gzip of
-/// `name<TAB>minified JSON` lines.
+/// JSONSchemaBench, one `(file name, file JSON)` per schema (see [`corpus`]).
 pub fn jsonschemabench() -> Vec<(String, Value)> {
-    let gz = std::fs::read(data_dir().join("jsonschemabench.tsv.gz")).expect("corpus present");
+    corpus("jsonschemabench.tsv.gz")
+}
+
+/// The SchemaStore catalogue's schemas with their test files (see [`corpus`]).
+pub fn schemastore() -> Vec<(String, Value)> {
+    corpus("schemastore.tsv.gz")
+}
+
+/// A committed corpus (`jsonschemabench.tsv.gz`, `schemastore.tsv.gz`), one `(file name,
+/// file JSON)` per schema, from its gzip of `name<TAB>minified JSON` lines.
+pub fn corpus(file: &str) -> Vec<(String, Value)> {
+    let gz = std::fs::read(data_dir().join(file)).expect("corpus present");
     let mut text = String::new();
     flate2::read::GzDecoder::new(&gz[..])
         .read_to_string(&mut text)
@@ -36,8 +46,9 @@ pub fn jsonschemabench() -> Vec<(String, Value)> {
         .collect()
 }
 
-/// The subset of a JSONSchemaBench file name (`Github_easy---x.json` → `Github_easy`,
-/// `BFCL_java_3.json` → `BFCL`).
+/// The subset of a corpus file name: the part before `---` (`Github_easy---x.json` →
+/// `Github_easy`, `SchemaStore---tsconfig.json` → `SchemaStore`), else before the first `_`
+/// (`BFCL_java_3.json` → `BFCL`).
 pub fn subset(name: &str) -> String {
     if let Some((s, _)) = name.split_once("---") {
         return s.to_owned();
@@ -176,10 +187,13 @@ pub fn random_walks(automaton: &Compiled, n: usize, seed: u64, budget: usize) ->
 
 /// Random walks through a grammar's token masks over a vocabulary of the 256 single bytes:
 /// each step picks a uniformly random allowed byte, or (half the time, and always after
-/// `budget` bytes) the first allowed one of `"}]0` and the letters of `true`/`false`/`null`,
-/// which close strings, objects, arrays and values; it ends with probability 1/4 where the
-/// output is complete. A grammar has no "distance to acceptance" to steer by, so a walk that
-/// is still open after `4 * budget` bytes is dropped; the caller checks how many remain.
+/// `budget` bytes) the first allowed closer: outside a string one of `"}],0` and the letters
+/// of `true`/`false`/`null`, which close strings, objects, arrays and values (`,` moves on to
+/// a required property); inside a string only `"` (a `}` or `0` there closes nothing, and a
+/// pattern such as `[0-9]+\.` would take `0` forever), and never `0` twice in a row (a
+/// number above zero would take `0.000…` forever). It ends with probability 1/4 where
+/// the output is complete. A grammar has no "distance to acceptance" to steer by, so a walk
+/// that is still open after `4 * budget` bytes is dropped; the caller checks how many remain.
 pub fn grammar_walks(automaton: &Compiled, n: usize, seed: u64, budget: usize) -> Vec<Vec<u8>> {
     let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
     tokens.push(b"</s>".to_vec());
@@ -191,6 +205,8 @@ pub fn grammar_walks(automaton: &Compiled, n: usize, seed: u64, budget: usize) -
     for _ in 0..n {
         let mut matcher = Matcher::new(constraint.clone());
         let mut text = Vec::new();
+        // Where the output stands in JSON's lexical structure (it is JSON by construction).
+        let (mut in_string, mut escaped) = (false, false);
         loop {
             matcher
                 .fill_mask(&mut mask)
@@ -205,14 +221,27 @@ pub fn grammar_walks(automaton: &Compiled, n: usize, seed: u64, budget: usize) -
             if allowed.is_empty() || text.len() > budget * 4 {
                 break;
             }
-            let closing = b"\"}]0truefalsn"
-                .iter()
-                .copied()
-                .find(|b| allowed.contains(b));
+            let closers: &[u8] = if in_string && !escaped {
+                b"\""
+            } else if in_string {
+                b""
+            } else {
+                b"\"}],0truefalsn"
+            };
+            let closing = closers.iter().copied().find(|b| allowed.contains(b));
             let b = match closing {
+                // A second `0` in a row could be a number that must pass zero (`0.000…`).
+                Some(b'0') if text.last() == Some(&b'0') => allowed[rng.below(allowed.len())],
                 Some(b) if text.len() >= budget || rng.below(2) == 0 => b,
                 _ => allowed[rng.below(allowed.len())],
             };
+            if escaped {
+                escaped = false;
+            } else if in_string && b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = !in_string;
+            }
             matcher.advance(u32::from(b)).expect("an allowed byte");
             text.push(b);
         }
