@@ -682,6 +682,13 @@ fn request_body(rng: &mut Rng, chat: bool) -> Value {
             ))
         }),
         ("guided_json", |r| schema(r, 2, 0)),
+        // Read in every request (a boolean; anything else is a 400), applied to guided_json,
+        // response_format and tools.
+        ("guided_json_extra_keys", |r| match r.below(3) {
+            0 => json!(true),
+            1 => json!(false),
+            _ => value(r, 1),
+        }),
         ("response_format", |r| match r.below(4) {
             0 => json!({"type": "json_object"}),
             1 => {
