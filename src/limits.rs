@@ -253,7 +253,8 @@ pub const GRAMMAR_AUTOMATON_BYTES: usize = 1024 * 1024;
 /// Work the grammar compiler's subset construction may do, in units of one NFA edge scanned
 /// or one NFA state visited (by an ε-closure or the nullable-rule fixpoint), over all the
 /// attempts of one compile (a grammar past [`GRAMMAR_AUTOMATON_BYTES`] is compiled again
-/// with fewer rules inlined, and each attempt redoes the work).
+/// with fewer rules inlined, a JSON Schema's grammar is rendered again with counts
+/// expanded, then nested, then with its listed keys only, and each attempt redoes the work).
 ///
 /// The automaton bound charges a DFA state's bytes, but making it scans every edge of its
 /// NFA states once per byte class: a generated grammar of large NFA sets over ~60 classes

@@ -500,11 +500,15 @@ fn mutate(rng: &mut Rng, text: &str) -> String {
     out.into_iter().collect()
 }
 
-fn compile_schema_text(text: String) -> impl FnOnce() -> Result<(), poot::Error> + Send + 'static {
+fn compile_schema_text(
+    text: String,
+    extra_keys: bool,
+) -> impl FnOnce() -> Result<(), poot::Error> + Send + 'static {
     move || {
         // As text: the size bound and the JSON parser's depth bound apply as they do to a
-        // request; a value that parses is compiled through guided_json.
-        compile_body(json!({ "guided_json": text }))
+        // request; a value that parses is compiled through guided_json, in both readings of
+        // the keys a schema leaves unlisted.
+        compile_body(json!({ "guided_json": text, "guided_json_extra_keys": extra_keys }))
     }
 }
 
@@ -513,12 +517,14 @@ fn json_schemas_compile_or_fail_cleanly() {
     let start = Instant::now();
     let mut tally = Tally::default();
     for (path, text) in regressions("json_schema") {
-        tally.case(
-            "json_schema",
-            &path,
-            &text,
-            compile_schema_text(text.clone()),
-        );
+        for extra_keys in [false, true] {
+            tally.case(
+                "json_schema",
+                &format!("{path} (extra keys {extra_keys})"),
+                &text,
+                compile_schema_text(text.clone(), extra_keys),
+            );
+        }
     }
     let seed0 = first_seed();
     for i in 0..cases() {
@@ -529,7 +535,7 @@ fn json_schemas_compile_or_fail_cleanly() {
             "json_schema",
             &format!("seed {seed}"),
             &text,
-            compile_schema_text(text.clone()),
+            compile_schema_text(text.clone(), seed % 2 == 1),
         );
     }
     tally.report("json_schema (generated)", start);
@@ -548,7 +554,7 @@ fn json_schemas_compile_or_fail_cleanly() {
             "json_schema",
             &format!("mutation seed {seed}"),
             &text,
-            compile_schema_text(text.clone()),
+            compile_schema_text(text.clone(), seed % 2 == 1),
         );
     }
     tally.report("json_schema (corpus mutations)", start);

@@ -223,8 +223,14 @@ fn too_big(rule: &str, limit: usize) -> GrammarError {
     ))
 }
 
-/// Compiles a parsed grammar.
-pub(super) fn compile(ast: &Ast, limits: &Limits) -> Result<Grammar, GrammarError> {
+/// Compiles a parsed grammar; `spent` is the determinization work already done for the
+/// same request (a generated grammar tried in several renderings), bounded by
+/// [`Limits::grammar_determinize_work`] in all.
+pub(super) fn compile(
+    ast: &Ast,
+    limits: &Limits,
+    spent: &mut u64,
+) -> Result<Grammar, GrammarError> {
     let (ast, counted) = with_counters(ast, limits.grammar_repetition)?;
     let ast = &ast;
     // Inlining copies a rule into every caller; when the copies are what passes the bound (a
@@ -235,7 +241,6 @@ pub(super) fn compile(ast: &Ast, limits: &Limits) -> Result<Grammar, GrammarErro
     let mut tried: Vec<Vec<bool>> = Vec::new();
     let mut result = None;
     // One determinization budget for every attempt: a retry redoes the work.
-    let mut spent = 0u64;
     // (size bound, leaves only): inlining a small caller copies its callees too.
     for bound in [
         Some((INLINE_SIZE, false)),
@@ -253,10 +258,10 @@ pub(super) fn compile(ast: &Ast, limits: &Limits) -> Result<Grammar, GrammarErro
         if tried.contains(&inline) {
             continue;
         }
-        let attempt = compile_with(ast, &inline, &counted, &mut spent, limits);
+        let attempt = compile_with(ast, &inline, &counted, spent, limits);
         let retry = matches!(&attempt, Err(e) if e.limit)
             && inline.iter().any(|&i| i)
-            && spent <= limits.grammar_determinize_work;
+            && *spent <= limits.grammar_determinize_work;
         result = Some(attempt);
         if !retry {
             break;

@@ -335,18 +335,21 @@ impl Grammar {
     pub fn new_with(text: &str, limits: &crate::limits::Limits) -> Result<Self> {
         crate::limits::check_size("guided_grammar", text.len(), limits.grammar_bytes)?;
         let ast = parse::parse(text, limits).map_err(|e| e.into_error(text))?;
-        compile::compile(&ast, limits).map_err(|e| e.into_error(text))
+        compile::compile(&ast, limits, &mut 0).map_err(|e| e.into_error(text))
     }
 
     /// Compiles a grammar this crate generated (a JSON Schema's [`gbnf`](crate::json_schema::JsonSchema::gbnf)),
-    /// whose text the caller has already bounded; `None` names the reason when it passes
+    /// whose text the caller has already bounded; the error names the reason when it passes
     /// [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES) or fails to compile.
+    /// `spent`: the determinization work of the request's earlier attempts, which this one
+    /// adds to (one budget for every rendering of one schema).
     pub(crate) fn from_generated(
         text: &str,
         limits: &crate::limits::Limits,
+        spent: &mut u64,
     ) -> std::result::Result<Self, String> {
         let ast = parse::parse(text, limits).map_err(|e| e.message)?;
-        compile::compile(&ast, limits).map_err(|e| e.message)
+        compile::compile(&ast, limits, spent).map_err(|e| e.message)
     }
 
     /// Number of DFA states over all rules.

@@ -238,7 +238,9 @@ impl JsonSchema {
         let mut c = Compiler::new(schema, options, *limits);
         let node = c.schema(schema).map_err(|e| e.into_error(field, &shown))?;
         let implicit_extra_keys = c.implicit_extra_keys;
-        match Self::build(node, field, &shown, limits) {
+        // One grammar determinization budget for every attempt below, the fallback's too.
+        let mut spent = 0u64;
+        match Self::build(node, field, &shown, limits, &mut spent) {
             Err(e) if e.is_limit_exceeded() && implicit_extra_keys => {
                 // The extra keys JSON Schema allows beside listed properties are what made
                 // the automaton too big (each is a copy of the key and value automata at
@@ -248,7 +250,7 @@ impl JsonSchema {
                 let strict = SchemaOptions { extra_keys: false };
                 let mut c = Compiler::new(schema, strict, *limits);
                 let node = c.schema(schema).map_err(|e| e.into_error(field, &shown))?;
-                Self::build(node, field, &shown, limits)
+                Self::build(node, field, &shown, limits, &mut spent)
             }
             built => built,
         }
@@ -258,7 +260,14 @@ impl JsonSchema {
     /// (masks ~0.1 us warm, against the grammar's ~1-10 us and its slower first visits),
     /// else the grammar (free-form values nest without bound, and a DFA must hold every
     /// combination of optional keys at once).
-    fn build(node: Node, field: &str, shown: &str, limits: &Limits) -> Result<Self> {
+    /// `spent`: the grammar determinization work of earlier attempts for the same request.
+    fn build(
+        node: Node,
+        field: &str,
+        shown: &str,
+        limits: &Limits,
+        spent: &mut u64,
+    ) -> Result<Self> {
         if node == Node::Nothing {
             return Err(Error::invalid_input(format!(
                 "{field} {shown} allows no value the compiler can emit"
@@ -279,7 +288,7 @@ impl JsonSchema {
         } else {
             None
         };
-        let grammar = Self::build_grammar(&node, field, shown, dfa_error, limits)?;
+        let grammar = Self::build_grammar(&node, field, shown, dfa_error, limits, spent)?;
         Ok(JsonSchema {
             node,
             automaton: Compiled::Grammar(grammar),
@@ -350,6 +359,7 @@ impl JsonSchema {
         shown: &str,
         dfa_error: Option<Error>,
         limits: &Limits,
+        spent: &mut u64,
     ) -> Result<Grammar> {
         // Counters first: one count is the smallest grammar and the fastest masks. Then
         // every count expanded: one parse per count (chains) is the faster grammar, nested
@@ -372,9 +382,13 @@ impl JsonSchema {
                     gbnf.len()
                 ));
             } else {
-                match Grammar::from_generated(&gbnf, limits) {
+                match Grammar::from_generated(&gbnf, limits, spent) {
                     Ok(grammar) => return Ok(grammar),
                     Err(e) => why = Some(e),
+                }
+                if *spent > limits.grammar_determinize_work {
+                    // Another rendering would start with the budget spent.
+                    break;
                 }
             }
             last = Some(gbnf);

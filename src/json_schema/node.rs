@@ -735,7 +735,7 @@ impl Node {
             counters,
             ..Gbnf::default()
         };
-        count_subtrees(self, &mut g.counts);
+        count_subtrees(self, &mut g.fingerprints, &mut g.counts);
         let root = g.expr(self);
         if g.chain_rules > GBNF_MAX_CHAIN_RULES {
             return None;
@@ -1164,8 +1164,104 @@ const GBNF_UPTO_CHAIN: u32 = 64;
 /// against 18 of 157 with at most 16.
 const GBNF_MAX_CHAIN_RULES: usize = 16;
 
+/// A composite subtree as a map key: its structural fingerprint ([`Fingerprints`]) is the
+/// hash, so a lookup costs O(1) instead of hashing the whole subtree (the derived `Hash`
+/// walks every node below: 1,000 listed keys, each followed by extra keys whose names must
+/// avoid the 1,000 listed ones, took 16 s in release to hash in the maps below).
+#[derive(Clone, Copy)]
+struct Subtree<'a> {
+    fingerprint: u64,
+    node: &'a Node,
+}
+
+impl PartialEq for Subtree<'_> {
+    fn eq(&self, o: &Self) -> bool {
+        self.fingerprint == o.fingerprint
+            && (std::ptr::eq(self.node, o.node) || self.node == o.node)
+    }
+}
+
+impl Eq for Subtree<'_> {}
+
+impl std::hash::Hash for Subtree<'_> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        h.write_u64(self.fingerprint);
+    }
+}
+
+/// Structural fingerprints of a tree's nodes, each computed once from its children's (by
+/// address: a subtree shared through an `Arc` is read once however often it occurs).
+#[derive(Default)]
+struct Fingerprints {
+    by_address: HashMap<*const Node, u64>,
+}
+
+impl Fingerprints {
+    fn of<'a>(&mut self, n: &'a Node) -> Subtree<'a> {
+        Subtree {
+            fingerprint: self.fingerprint(n),
+            node: n,
+        }
+    }
+
+    fn fingerprint(&mut self, n: &Node) -> u64 {
+        use std::hash::{Hash, Hasher};
+        if let Some(&f) = self.by_address.get(&(n as *const Node)) {
+            return f;
+        }
+        let mut h = rustc_hash::FxHasher::default();
+        std::mem::discriminant(n).hash(&mut h);
+        match n {
+            Node::Empty | Node::Nothing | Node::AnyJson => {}
+            Node::Lit(s) => s.hash(&mut h),
+            Node::Class(r) => r.hash(&mut h),
+            Node::Automaton(d) => d.hash(&mut h),
+            Node::Concat(items) | Node::Alt(items) => {
+                items.len().hash(&mut h);
+                for i in items {
+                    h.write_u64(self.fingerprint(i));
+                }
+            }
+            Node::Repeat(item, min, max) => {
+                h.write_u64(self.fingerprint(item));
+                (min, max).hash(&mut h);
+            }
+            Node::Seq {
+                items,
+                sep,
+                nonempty,
+            } => {
+                items.len().hash(&mut h);
+                for (i, required) in items {
+                    h.write_u64(self.fingerprint(i));
+                    required.hash(&mut h);
+                }
+                h.write_u64(self.fingerprint(sep));
+                nonempty.hash(&mut h);
+            }
+            Node::List {
+                item,
+                sep,
+                min,
+                max,
+            } => {
+                h.write_u64(self.fingerprint(item));
+                h.write_u64(self.fingerprint(sep));
+                (min, max).hash(&mut h);
+            }
+        }
+        let f = h.finish();
+        self.by_address.insert(n as *const Node, f);
+        f
+    }
+}
+
 /// Counts every composite subtree of `n` (how often each value occurs in the tree).
-fn count_subtrees<'a>(n: &'a Node, counts: &mut HashMap<&'a Node, usize>) {
+fn count_subtrees<'a>(
+    n: &'a Node,
+    fingerprints: &mut Fingerprints,
+    counts: &mut HashMap<Subtree<'a>, usize>,
+) {
     let children: Vec<&Node> = match n {
         Node::Empty
         | Node::Nothing
@@ -1182,13 +1278,13 @@ fn count_subtrees<'a>(n: &'a Node, counts: &mut HashMap<&'a Node, usize>) {
         }
         Node::List { item, sep, .. } => vec![item, sep],
     };
-    let seen = counts.entry(n).or_insert(0);
+    let seen = counts.entry(fingerprints.of(n)).or_insert(0);
     *seen += 1;
     // A repeated subtree's children were counted on its first visit: counting them again
     // would only hoist parts of what is already one rule.
     if *seen == 1 {
         for c in children {
-            count_subtrees(c, counts);
+            count_subtrees(c, fingerprints, counts);
         }
     }
 }
@@ -1198,10 +1294,11 @@ fn count_subtrees<'a>(n: &'a Node, counts: &mut HashMap<&'a Node, usize>) {
 struct Gbnf<'a> {
     rules: Vec<(String, String)>,
     names: HashMap<String, String>,
+    fingerprints: Fingerprints,
     /// How often each composite subtree occurs ([`count_subtrees`]).
-    counts: HashMap<&'a Node, usize>,
+    counts: HashMap<Subtree<'a>, usize>,
     /// Rendered texts of subtrees that occur more than once.
-    shared: HashMap<&'a Node, String>,
+    shared: HashMap<Subtree<'a>, String>,
     /// Optional parts of long counted repetitions as chains ([`GBNF_UPTO_CHAIN`]).
     chains: bool,
     /// Rules the chains made.
@@ -1232,7 +1329,7 @@ impl<'a> Gbnf<'a> {
         let e = self.expr(n);
         match n {
             Node::Lit(_) | Node::Class(_) | Node::Empty | Node::Nothing | Node::Automaton(_) => e,
-            _ if self.shared.get(n) == Some(&e) => e,
+            _ if self.shared.get(&self.fingerprints.of(n)) == Some(&e) => e,
             _ => format!("({e})"),
         }
     }
@@ -1240,16 +1337,17 @@ impl<'a> Gbnf<'a> {
     /// `n`'s expression; a subtree that occurs more than once with a long text becomes a
     /// rule ([`GBNF_SHARED_MIN_BYTES`], [`GBNF_SHARED_EXPANDED_BYTES`]), written once.
     fn expr(&mut self, n: &'a Node) -> String {
-        if let Some(e) = self.shared.get(n) {
+        let key = self.fingerprints.of(n);
+        if let Some(e) = self.shared.get(&key) {
             return e.clone();
         }
         let e = self.render(n);
-        if self.counts.get(n).is_some_and(|&c| c > 1)
+        if self.counts.get(&key).is_some_and(|&c| c > 1)
             && (e.len() >= GBNF_SHARED_MIN_BYTES
                 || expanded_len(n, GBNF_SHARED_EXPANDED_BYTES) >= GBNF_SHARED_EXPANDED_BYTES)
         {
             let name = self.rule("shared", e);
-            self.shared.insert(n, name.clone());
+            self.shared.insert(key, name.clone());
             return name;
         }
         e
