@@ -59,6 +59,13 @@
 //!   intersected with a `j`-state automaton of decimal residues (refused past
 //!   [`Limits::automaton_bytes`]: `j` up to ~170 without bounds). A non-integer step whose
 //!   inverse is an integer (`0.5`) allows every integer.
+//! - `not`, rewritten into the keywords above by negation normal form (see `negate`): the
+//!   other types, the complementary bound or length, objects without a required key or with
+//!   a property's negation, `not` of `anyOf` as each branch's negation; a `pattern` or
+//!   fixed strings are subtracted from a string's automaton (exact), multiples of an integer
+//!   step or fixed values from integers of at most 15 digits (as `multipleOf`). Refused:
+//!   `not` of `oneOf`, `items`, `format` and other keywords with no exact rewrite, numbers
+//!   with a fraction less values or multiples, and arrays or objects less fixed values.
 //! - Numbers: the same bounds when they are integers (`0 <= x <= 1` is exact: `1`, `1.0`,
 //!   `0.25`, never `1.5`); bounded numbers are written without exponents. With an integer
 //!   `multipleOf` every valid number is an integer, and it is emitted as an integer as above
@@ -122,6 +129,7 @@
 //! work budget; [`JsonSchema::automaton`] says which. Only a schema past both is a 400.
 
 mod judge;
+mod negate;
 mod node;
 mod number;
 mod string;
@@ -131,9 +139,10 @@ use crate::error::{Error, Result};
 use crate::grammar::Grammar;
 use crate::limits::{check_size, Limits, MAX_EXCLUDED_KEY_CHARS, MAX_SCHEMA_REGEX_BYTES};
 use crate::regex::{quote, Dfa};
+use negate::Excluded;
 use node::Node;
 use number::Bound;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use std::cell::Cell;
 use std::collections::BTreeSet;
 
@@ -1015,6 +1024,42 @@ fn merge(mut a: Map<String, Value>, b: Map<String, Value>, path: &str) -> R<Map<
             }
             // not A and not B = not (A or B)
             "not" => serde_json::json!({"anyOf": [va, vb]}),
+            // Both patterns hold: a list, which only a merge writes (a schema's own
+            // `pattern` must be a string, `flatten` checks), matched by every one.
+            "pattern" => {
+                let list = |v: &Value| match v {
+                    Value::Array(a) => a.clone(),
+                    v => vec![v.clone()],
+                };
+                let mut all = list(va);
+                all.extend(list(&vb).into_iter().filter(|p| !list(va).contains(p)));
+                Value::Array(all)
+            }
+            // Multiples of both integer steps: multiples of their least common multiple,
+            // while that stays below 2^53 (validators divide in floating point).
+            "multipleOf" => {
+                let step = |v: &Value| {
+                    v.as_f64()
+                        .filter(|f| *f >= 1.0 && f.fract() == 0.0 && *f < 9e15)
+                        .map(|f| f as u64)
+                };
+                let (Some(x), Some(y)) = (step(va), step(&vb)) else {
+                    return Err(cannot(&k));
+                };
+                let gcd = |mut a: u64, mut b: u64| {
+                    while b != 0 {
+                        (a, b) = (b, a % b);
+                    }
+                    a
+                };
+                match (x / gcd(x, y))
+                    .checked_mul(y)
+                    .filter(|l| *l < 9_000_000_000_000_000)
+                {
+                    Some(l) => Value::from(l),
+                    None => return Err(cannot(&k)),
+                }
+            }
             "uniqueItems" => {
                 Value::Bool(va.as_bool().unwrap_or(false) || vb.as_bool().unwrap_or(false))
             }
@@ -1257,6 +1302,12 @@ impl<'a> Compiler<'a> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let here = self.here();
+        if m.get("pattern").is_some_and(|p| !p.is_string()) {
+            // A list is what merging two patterns writes; a schema's own is a string.
+            return Err(Fail::Invalid(format!(
+                "`pattern` at {here} must be a string"
+            )));
+        }
         if let Some(r) = m.get("$ref") {
             let r = r
                 .as_str()
@@ -1310,11 +1361,19 @@ impl<'a> Compiler<'a> {
         if m.contains_key("enum") || m.contains_key("const") {
             return self.fixed_values(m);
         }
-        for key in ["not", "$dynamicRef", "$recursiveRef", "disallow", "extends"] {
+        for key in ["$dynamicRef", "$recursiveRef", "disallow", "extends"] {
             if m.contains_key(key) {
                 return Err(unsupported(key, &here, "not expressible as a regex here"));
             }
         }
+        // A `not` the type compilers subtract stays; any other is rewritten (see `negate`).
+        let excluded = match m.get("not") {
+            None => Excluded::default(),
+            Some(n) => match Excluded::of(n) {
+                Some(x) if x.applies_to(&emitted_types(m, &here)?) => x,
+                _ => return self.negated(m),
+            },
+        };
         if m.contains_key("if") && (m.contains_key("then") || m.contains_key("else")) {
             return Err(unsupported("if", &here, "conditional subschemas"));
         }
@@ -1335,9 +1394,28 @@ impl<'a> Compiler<'a> {
             if !types.contains(t) || (t == "integer" && types.contains("number")) {
                 continue;
             }
+            if matches!(t, "array" | "object") && excluded.values.iter().any(|v| type_of(v) == t) {
+                return Err(unsupported(
+                    "not",
+                    &here,
+                    &format!("excluding an {t} value from the {t}s the schema allows"),
+                ));
+            }
+            let kept = |v: Value| !excluded.values.contains(&v);
             alts.push(match t {
-                "null" => Node::lit("null"),
-                "boolean" => Node::alt(vec![Node::lit("true"), Node::lit("false")]),
+                "null" => {
+                    if !kept(Value::Null) {
+                        continue;
+                    }
+                    Node::lit("null")
+                }
+                "boolean" => Node::alt(
+                    [true, false]
+                        .into_iter()
+                        .filter(|&b| kept(Value::Bool(b)))
+                        .map(|b| Node::lit(b.to_string()))
+                        .collect(),
+                ),
                 "integer" => self.integer(m, false)?,
                 "number" => self.number(m)?,
                 "string" => self.string(m)?,
@@ -1524,7 +1602,73 @@ impl<'a> Compiler<'a> {
         Ok((lo, hi))
     }
 
+    /// Integers, less what a leaf `not` excludes ([`Excluded`]): multiples of a step by the
+    /// digits read modulo the step ([`number::divisible_by`], exact at any length), values
+    /// by their canonical text.
     fn integer(&mut self, m: &Map<String, Value>, from_number: bool) -> R<Node> {
+        let node = self.integer_in_bounds(m, from_number)?;
+        let Some(excluded) = m.get("not").and_then(Excluded::of) else {
+            return Ok(node);
+        };
+        let here = self.here();
+        let refused = |r: crate::regex::Refusal| {
+            Fail::Limit(format!(
+                "`not` at {here} takes integers out of a set that needs more than {} ({r})",
+                r.limit_phrase()
+            ))
+        };
+        let mut node = node;
+        if !excluded.multiples.is_empty() || excluded.values.iter().any(Value::is_number) {
+            // Validators divide and compare in floating point: past 2^53 an odd integer can
+            // be "a multiple of 2", or equal an excluded value. As for `multipleOf`, at most
+            // MULTIPLE_DIGITS digits.
+            let most = 10i128.pow(MULTIPLE_DIGITS) - 1;
+            node = Node::intersect(
+                &node,
+                &number::integer_range(Some(-most), Some(most)),
+                &self.limits,
+            )
+            .map_err(refused)?;
+        }
+        for &k in &excluded.multiples {
+            if k.fract() != 0.0 {
+                if (1.0 / k).fract() == 0.0 {
+                    // Every integer is a multiple of 1/2, 1/4 ...
+                    return Ok(Node::Nothing);
+                }
+                return Err(unsupported(
+                    "not",
+                    &here,
+                    "excluding the integer multiples of a step that is not an integer",
+                ));
+            }
+            if k == 1.0 {
+                return Ok(Node::Nothing);
+            }
+            let multiples = match k {
+                k if k >= 1e38 => Node::lit("0"),
+                k => number::divisible_by(k as u128, &self.limits).map_err(refused)?,
+            };
+            node = Node::difference(&node, &multiples, &self.limits).map_err(refused)?;
+        }
+        let mut values = Vec::new();
+        for v in &excluded.values {
+            let Some(f) = v.as_f64().filter(|f| f.fract() == 0.0) else {
+                continue;
+            };
+            // Emitted integers have at most 15 digits (above), where the canonical text is
+            // the value's only one.
+            if f.abs() < 1e15 {
+                values.push(Node::lit(canonical_json(v)));
+            }
+        }
+        if !values.is_empty() {
+            node = Node::difference(&node, &Node::alt(values), &self.limits).map_err(refused)?;
+        }
+        Ok(node)
+    }
+
+    fn integer_in_bounds(&mut self, m: &Map<String, Value>, from_number: bool) -> R<Node> {
         let here = self.here();
         if m.contains_key("divisibleBy") {
             return Err(unsupported("divisibleBy", &here, "draft-3 keyword"));
@@ -1599,6 +1743,53 @@ impl<'a> Compiler<'a> {
 
     fn number(&mut self, m: &Map<String, Value>) -> R<Node> {
         let here = self.here();
+        if let Some(x) = m.get("not").and_then(Excluded::of) {
+            let integral_step = m
+                .get("multipleOf")
+                .and_then(Value::as_f64)
+                .is_some_and(|k| k > 0.0 && k.fract() == 0.0);
+            let numbers_out = x.values.iter().any(Value::is_number);
+            if !integral_step && !numbers_out && x.multiples.iter().all(|&k| k == 1.0) {
+                // Not an integer (`not: {type: integer}`): a fraction whose last digit is
+                // not 0, no exponent, and at most 15 digits in all (more, and a validator's
+                // f64 may round 1.0000000000000001 to the integer 1).
+                let base = self.number_in_bounds(m)?;
+                let digits = |lo, hi| Node::repeat(Node::class(vec![('0', '9')]), lo, Some(hi));
+                let last = || Node::class(vec![('1', '9')]);
+                let mut shapes = vec![Node::concat(vec![Node::lit("0."), digits(0, 14), last()])];
+                for int_digits in 1..MULTIPLE_DIGITS {
+                    shapes.push(Node::concat(vec![
+                        Node::class(vec![('1', '9')]),
+                        digits(int_digits - 1, int_digits - 1),
+                        Node::lit("."),
+                        digits(0, MULTIPLE_DIGITS - 1 - int_digits),
+                        last(),
+                    ]));
+                }
+                let fractional = Node::concat(vec![Node::opt(Node::lit("-")), Node::alt(shapes)]);
+                return Node::intersect(&base, &fractional, &self.limits).map_err(|r| {
+                    Fail::Limit(format!(
+                        "`not` at {here} takes integers out of numbers that need more than {} \
+                         ({r})",
+                        r.limit_phrase()
+                    ))
+                });
+            }
+            if !integral_step && (!x.multiples.is_empty() || numbers_out) {
+                // 1, 1.0 and 10e-1 are one number: a value or a step's multiples have
+                // unboundedly many spellings among numbers with a fraction or an exponent.
+                return Err(unsupported(
+                    "not",
+                    &here,
+                    "excluding values or multiples from numbers that are not integers",
+                ));
+            }
+        }
+        self.number_in_bounds(m)
+    }
+
+    fn number_in_bounds(&mut self, m: &Map<String, Value>) -> R<Node> {
+        let here = self.here();
         if let Some(k) = m.get("multipleOf") {
             let kf = as_f64(k, "multipleOf", &here)?;
             if kf.fract() == 0.0 && kf > 0.0 {
@@ -1651,7 +1842,13 @@ impl<'a> Compiler<'a> {
             .map(|v| as_count(v, "maxLength", &here))
             .transpose()?;
         let mut contents: Vec<(Node, &str)> = Vec::new();
-        if let Some(p) = m.get("pattern") {
+        // Several patterns where `allOf` or `$ref` merged them (see `merge`).
+        let patterns = match m.get("pattern") {
+            None => Vec::new(),
+            Some(Value::Array(ps)) => ps.iter().collect(),
+            Some(p) => vec![p],
+        };
+        for p in patterns {
             let p = p
                 .as_str()
                 .ok_or_else(|| Fail::Invalid(format!("`pattern` at {here} must be a string")))?;
@@ -1672,6 +1869,33 @@ impl<'a> Compiler<'a> {
                 }
                 None => {}
             }
+        }
+        // What a leaf `not` takes out, over decoded characters as the contents are.
+        let mut excluded: Vec<Node> = Vec::new();
+        if let Some(x) = m.get("not").and_then(Excluded::of) {
+            for p in &x.patterns {
+                excluded.push(string::pattern_content(p).map_err(|why| {
+                    unsupported("not", &here, &format!("pattern {} uses {why}", quote(p)))
+                })?);
+            }
+            excluded.extend(
+                x.values
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(|v| Node::lit(v.to_owned())),
+            );
+        }
+        if !excluded.is_empty() {
+            let lengths = (min.is_some() || max.is_some()).then_some((min.unwrap_or(0), max));
+            let nodes = contents.into_iter().map(|(n, _)| n).collect();
+            return string::constrained_string(nodes, lengths, excluded, &self.limits).map_err(
+                |r| {
+                    Fail::Limit(format!(
+                        "`not` at {here} takes strings out of a set that needs more than {} ({r})",
+                        r.limit_phrase()
+                    ))
+                },
+            );
         }
         if contents.is_empty() {
             let body = match (min, max) {
@@ -1704,10 +1928,11 @@ impl<'a> Compiler<'a> {
         let (key, what) = match (lengths, contents.len()) {
             (Some(_), 1) => ("minLength/maxLength", format!("`{}`", contents[0].1)),
             (Some(_), _) => ("minLength/maxLength", "`pattern` and `format`".to_owned()),
+            (None, _) if !m.contains_key("format") => ("pattern", "another `pattern`".to_owned()),
             (None, _) => ("format", "`pattern`".to_owned()),
         };
         let nodes = contents.into_iter().map(|(n, _)| n).collect();
-        string::constrained_string(nodes, lengths, &self.limits).map_err(|r| {
+        string::constrained_string(nodes, lengths, Vec::new(), &self.limits).map_err(|r| {
             Fail::Limit(format!(
                 "`{key}` at {here} together with {what} needs more than {} ({r})",
                 r.limit_phrase()
@@ -2489,8 +2714,9 @@ mod tests {
     fn unsupported_keywords_are_named() {
         let e = err(json!({"type":"array","uniqueItems":true}));
         assert!(e.contains("`uniqueItems` at #"), "{e}");
-        let e = err(json!({"type":"object","properties":{"x":{"not":{"type":"null"}}}}));
-        assert!(e.contains("`not` at #/properties/x"), "{e}");
+        let e = err(json!({"type":"object","properties":{"x":{"not":{"items":{}}}}}));
+        assert!(e.contains("`not` at #/properties/x/not"), "{e}");
+        assert!(e.contains("negation of `items`"), "{e}");
         let e = err(json!({"type":"number","maximum":0.5}));
         assert!(e.contains("not an integer"), "{e}");
     }

@@ -660,6 +660,18 @@ impl Node {
         Ok(product.map_or(Node::Nothing, |d| Node::Automaton(Arc::new(d))))
     }
 
+    /// The strings of `a` that are not in `b`, as [`Node::intersect`] builds them.
+    pub(crate) fn difference(a: &Node, b: &Node, limits: &Limits) -> Result<Node, Refusal> {
+        let Some(x) = a.dfa_within(limits)? else {
+            return Ok(Node::Nothing);
+        };
+        let Some(y) = b.dfa_within(limits)? else {
+            return Ok(a.clone());
+        };
+        let product = x.product(&y, crate::regex::Op::Difference, limits)?;
+        Ok(product.map_or(Node::Nothing, |d| Node::Automaton(Arc::new(d))))
+    }
+
     /// This language as a DFA under `limits`; `None` when it has no strings.
     fn dfa_within(&self, limits: &Limits) -> Result<Option<Arc<Dfa>>, Refusal> {
         match self {

@@ -142,14 +142,22 @@ pub(crate) fn encode(n: &Node) -> Node {
 /// (code points): the contents' automata intersected with a character counter, then encoded
 /// as string text ([`encode_automaton`]) between quotes. The product is taken over decoded
 /// characters, where a length is a count of UTF-8 lead bytes; over the encoded text it would
-/// also have to count escapes. [`Node::Nothing`] when no value is left; refused past
+/// also have to count escapes. Values in one of `excluded` (nodes over characters too) are
+/// taken out (a value has one encoding, so the difference over decoded characters is the
+/// difference of the strings). [`Node::Nothing`] when no value is left; refused past
 /// `limits` at any step.
 pub(crate) fn constrained_string(
     contents: Vec<Node>,
     lengths: Option<(u32, Option<u32>)>,
+    excluded: Vec<Node>,
     limits: &Limits,
 ) -> Result<Node, Refusal> {
-    let mut parts = contents;
+    // The counter accepts any bytes: it is never the first operand.
+    let mut parts = if contents.is_empty() {
+        vec![any_chars()]
+    } else {
+        contents
+    };
     if let Some((min, max)) = lengths {
         match char_count(min, max, limits)? {
             Some(d) => parts.push(Node::Automaton(Arc::new(d))),
@@ -159,6 +167,12 @@ pub(crate) fn constrained_string(
     let mut acc = parts.first().cloned().unwrap_or_else(any_chars);
     for p in parts.iter().skip(1) {
         acc = Node::intersect(&acc, p, limits)?;
+        if acc == Node::Nothing {
+            return Ok(Node::Nothing);
+        }
+    }
+    for x in &excluded {
+        acc = Node::difference(&acc, x, limits)?;
         if acc == Node::Nothing {
             return Ok(Node::Nothing);
         }
@@ -818,7 +832,8 @@ mod tests {
                 .iter()
                 .map(|p| pattern_content(p).unwrap())
                 .collect();
-            let n = constrained_string(contents.clone(), Some((min, max)), &limits).unwrap();
+            let n = constrained_string(contents.clone(), Some((min, max)), Vec::new(), &limits)
+                .unwrap();
             assert!(n.contains_automaton(), "{patterns:?}");
             for v in &values {
                 let len = v.chars().count() as u32;
@@ -830,7 +845,8 @@ mod tests {
             }
         }
         // Only the canonical escape: not `\u0061`, `\/`, upper-case hex or a raw control.
-        let n = constrained_string(vec![any_chars()], Some((1, Some(1))), &limits).unwrap();
+        let n =
+            constrained_string(vec![any_chars()], Some((1, Some(1))), Vec::new(), &limits).unwrap();
         for ok in [r#""a""#, r#""\u0001""#, r#""\n""#, r#""/""#, r#""\"""#] {
             assert!(n.matches(ok.as_bytes()), "{ok}");
         }
@@ -847,6 +863,7 @@ mod tests {
         let none = constrained_string(
             vec![pattern_content("^a+$").unwrap()],
             Some((0, Some(0))),
+            Vec::new(),
             &limits,
         );
         assert_eq!(none.unwrap(), Node::Nothing);
