@@ -225,3 +225,35 @@ fn all_of_two_patterns_or_two_steps_is_exact() {
     .unwrap_err();
     assert!(e.message().contains("must be a string"), "{}", e.message());
 }
+
+/// `oneOf` whose branches overlap: each branch and not the others, exact where the
+/// negations are.
+#[test]
+fn one_of_with_overlapping_branches_matches_exactly_one() {
+    let pool = scalars();
+    for schema in [
+        json!({"type": "integer", "oneOf": [{"minimum": 0}, {"multipleOf": 2}]}),
+        json!({"type": "string", "oneOf": [{"pattern": "a"}, {"pattern": "b"}, {"maxLength": 1}]}),
+        json!({"oneOf": [{"type": "string"}, {"maxLength": 2}], "type": ["string", "boolean", "integer"]}),
+        json!({"oneOf": [{"type": "integer", "maximum": 3}, {"type": "integer", "minimum": -3}, {"type": "null"}]}),
+        json!({"anyOf": [{"type": "null"}, {"type": "string", "oneOf": [{"minLength": 1}, {"enum": ["a", "", "9"]}]}]}),
+    ] {
+        let accepted = check(&schema, &pool, true);
+        assert!(accepted > 0, "{schema}: accepts none of the candidates");
+    }
+    let pool: Vec<Value> = composites().into_iter().chain(scalars()).collect();
+    let schema = json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "oneOf": [{"required": ["a"]}, {"required": ["b"]}]
+    });
+    check(&schema, &pool, false);
+    let compiled = JsonSchema::compile(&schema, "guided_json").unwrap();
+    for (text, ok) in [
+        (r#"{"a":1}"#, true),
+        (r#"{"b":2}"#, true),
+        (r#"{"a":1,"b":2}"#, false),
+    ] {
+        assert_eq!(compiled.automaton().matches(text.as_bytes()), ok, "{text}");
+    }
+}

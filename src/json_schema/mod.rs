@@ -519,6 +519,14 @@ enum Fail {
 }
 
 impl Fail {
+    /// The same kind of failure with its message rewritten.
+    fn map(self, f: impl FnOnce(String) -> String) -> Fail {
+        match self {
+            Fail::Invalid(m) => Fail::Invalid(f(m)),
+            Fail::Limit(m) => Fail::Limit(f(m)),
+        }
+    }
+
     fn into_error(self, field: &str, shown: &str) -> Error {
         match self {
             Fail::Invalid(m) => Error::invalid_input(format!("{field} {shown}: {m}")),
@@ -1453,9 +1461,11 @@ impl<'a> Compiler<'a> {
                     None => self.flat_schema(&with_a),
                     Some(ones) => {
                         let mut merged = Vec::new();
+                        let mut own = Vec::new();
                         for (j, o) in ones.iter().enumerate() {
                             let fo = self.at(&format!("oneOf/{j}"), |c| c.flatten(o))?;
-                            merged.push(merge(with_a.clone(), fo, &here)?);
+                            merged.push(merge(with_a.clone(), fo.clone(), &here)?);
+                            own.push(fo);
                         }
                         // Branches that emit nothing do not count. A branch's extra keys avoid
                         // every key a branch names, so the proofs below can rely on "never
@@ -1501,9 +1511,15 @@ impl<'a> Compiler<'a> {
                                         self.options.extra_keys,
                                     )?
                                 {
-                                    return Err(Fail::Invalid(format!(
-                                        "`oneOf` at {here}: a value of branch {x} may also match branch {y}, and oneOf needs exactly one; the compiler only accepts branches it can prove exclusive (different types, `const`/`enum` values of a required property, required keys)"
-                                    )));
+                                    // Not proved: each branch and not the others, where
+                                    // the negations have an exact form.
+                                    return self
+                                        .exclusive_branches(&merged, &own, &live)
+                                        .map_err(|why| {
+                                            why.map(|m| format!(
+                                                "`oneOf` at {here}: a value of branch {x} may also match branch {y}, and oneOf needs exactly one; the compiler accepts branches it can prove exclusive (different types, `const`/`enum` values of a required property, required keys), or each branch without the others where their negation is exact, which here fails: {m}"
+                                            ))
+                                        });
                                 }
                             }
                         }

@@ -104,6 +104,33 @@ impl Compiler<'_> {
         self.nested(|c| c.flat_schema(&combined))
     }
 
+    /// `oneOf` whose branches the compiler could not prove exclusive, as `anyOf` of each
+    /// branch and not the others: exclusive by construction, refused where a negation has
+    /// no exact form. `merged`: the branches with the rest of the schema merged in; `own`:
+    /// each branch alone (negating the shared rest would only add contradictions); `live`:
+    /// the branches that emit anything.
+    pub(super) fn exclusive_branches(
+        &mut self,
+        merged: &[Map<String, Value>],
+        own: &[Map<String, Value>],
+        live: &[usize],
+    ) -> R<Node> {
+        let here = self.here();
+        let mut nodes = Vec::new();
+        for &x in live {
+            let others: Vec<Value> = live
+                .iter()
+                .filter(|&&y| y != x)
+                .map(|&y| Value::Object(own[y].clone()))
+                .collect();
+            let mut not_others = Map::new();
+            not_others.insert("not".into(), json!({ "anyOf": others }));
+            let branch = merge(merged[x].clone(), not_others, &here)?;
+            nodes.push(self.at(&format!("oneOf/{x}"), |c| c.flat_schema(&branch))?);
+        }
+        Ok(Node::alt(nodes))
+    }
+
     /// Schemas whose union is the values `n` rejects (empty: none).
     fn negations(&mut self, n: &Value) -> R<Vec<Value>> {
         let depth = self.refs.len();
