@@ -25,16 +25,16 @@
 //!   beside `properties` → only the listed keys (a documented restriction, the default), or,
 //!   with `guided_json_extra_keys: true` ([`SchemaOptions::extra_keys`]), as JSON Schema
 //!   says: the same as `true`, with free-form values. Extra keys
-//!   never take a listed name, a dependency's trigger, or (at the top of a `oneOf` branch) a
-//!   key any branch names. Implicit extra keys are left out where they would need
+//!   never take a listed name or (at the top of a `oneOf` branch) a key any branch names. Implicit extra keys are left out where they would need
 //!   `propertyNames` or `patternProperties` beside listed keys, and for a whole schema whose
 //!   automaton they push past its bound (it then runs as if `guided_json_extra_keys` were
 //!   `false`, rather than being refused). An object schema with no `properties` and no
 //!   `additionalProperties` is free-form (see below). `minProperties` when the required keys
 //!   already meet it or it is 1; `maxProperties` when the listed keys cannot pass it (extra
 //!   keys are then capped, after the listed ones). `propertyNames` on listed keys, and on extra keys when there are no
-//!   listed ones. `dependentRequired`/`dependencies`/`dependentSchemas` when they cannot fire
-//!   (the trigger key is never emitted) or, for lists, name keys that are always present.
+//!   listed ones. `dependentRequired`/`dependencies`/`dependentSchemas` as branches: the
+//!   trigger absent, or present with the keys or schema it needs (see `dependencies`; up to
+//!   64 branches with the schema's others).
 //!   `unevaluatedProperties`/`unevaluatedItems` as the `additionalProperties`/`items` they
 //!   amount to in their own scope (a cousin's properties do not count).
 //! - Arrays: `items` (schema), `prefixItems` (and draft-7 `items` arrays with
@@ -128,6 +128,7 @@
 //! under [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES) and its per-step
 //! work budget; [`JsonSchema::automaton`] says which. Only a schema past both is a 400.
 
+mod dependencies;
 mod judge;
 mod negate;
 mod node;
@@ -1389,6 +1390,9 @@ impl<'a> Compiler<'a> {
             // `{}`: any value (one grammar rule, rather than each type spelled out).
             return Ok(Node::AnyJson);
         }
+        if let Some(branches) = self.dependencies_as_branches(m)? {
+            return self.nested(|c| c.flat_schema(&branches));
+        }
         // anyOf / oneOf: distribute the rest of the schema into each branch.
         if m.contains_key("anyOf") || m.contains_key("oneOf") {
             return self.branches(m);
@@ -2231,38 +2235,6 @@ impl<'a> Compiler<'a> {
                 "counting optional properties",
             ));
         };
-        // Dependencies: fine when they can never fire or always hold.
-        let emitted: BTreeSet<&str> = items.iter().map(|x| x.0.as_str()).collect();
-        let always: BTreeSet<&str> = items.iter().filter(|x| x.2).map(|x| x.0.as_str()).collect();
-        for dk in ["dependentRequired", "dependencies", "dependentSchemas"] {
-            let Some(Value::Object(deps)) = m.get(dk) else {
-                if m.contains_key(dk) {
-                    return Err(Fail::Invalid(format!("`{dk}` at {here} must be an object")));
-                }
-                continue;
-            };
-            for (trigger, dep) in deps {
-                // Extra keys never take a trigger's name (`excluded` below), unless
-                // `propertyNames` spells the extra keys.
-                let fires = emitted.contains(trigger.as_str())
-                    || (extra.is_some() && names_node.is_some())
-                    || matches_pattern(trigger);
-                if !fires {
-                    continue;
-                }
-                let holds = match dep {
-                    Value::Array(names) if dk != "dependentSchemas" => names
-                        .iter()
-                        .all(|n| n.as_str().is_some_and(|n| always.contains(n))),
-                    Value::Bool(true) => true,
-                    Value::Object(o) if o.is_empty() => true,
-                    _ => false,
-                };
-                if !holds {
-                    return Err(unsupported(dk, &here, "properties that depend on others"));
-                }
-            }
-        }
         let mut seq_items: Vec<(Node, bool)> = items
             .into_iter()
             .map(|(k, v, req)| (Node::concat(vec![key_lit(&k), colon(), v]), req))
@@ -2278,15 +2250,10 @@ impl<'a> Compiler<'a> {
             let key = match &names_node {
                 Some(n) => n.clone(),
                 None => {
-                    // Not a listed key (it would bypass that key's schema), nor a dependency's
-                    // trigger (the dependency would fire), nor a key a sibling `oneOf` branch
-                    // names (see `avoided_keys`).
+                    // Not a listed key (it would bypass that key's schema), nor a key a
+                    // sibling `oneOf` branch names (see `avoided_keys`). A dependency's
+                    // trigger is listed by then (see `dependencies`).
                     let mut excluded: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
-                    for dk in ["dependentRequired", "dependencies", "dependentSchemas"] {
-                        if let Some(Value::Object(deps)) = m.get(dk) {
-                            excluded.extend(deps.keys().map(String::as_str));
-                        }
-                    }
                     if let Some((_, avoided)) = self.avoided_keys.as_ref().filter(|a| a.0 == here) {
                         excluded.extend(avoided.iter().map(String::as_str));
                     }
@@ -2741,8 +2708,11 @@ mod tests {
     fn one_of_needs_exclusive_branches() {
         let c = compile(json!({"oneOf":[{"type":"string"},{"type":"integer"}]}));
         assert!(c.matches(b"\"a\"") && c.matches(b"3"));
-        let e = err(json!({"oneOf":[{"type":"number"},{"type":"integer"}]}));
-        assert!(e.contains("oneOf"), "{e}");
+        // Overlapping: each branch and not the other (numbers with a fraction).
+        let c = compile(json!({"oneOf":[{"type":"number"},{"type":"integer"}]}));
+        assert!(c.matches(b"1.5") && !c.matches(b"3") && !c.matches(b"3.0"));
+        let e = err(json!({"oneOf":[{"items":{"type":"string"}},{"maxItems":1}],"type":"array"}));
+        assert!(e.contains("oneOf") && e.contains("negation of `items`"), "{e}");
         let c = compile(json!({"oneOf":[
             {"type":"object","properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k"]},
             {"type":"object","properties":{"k":{"const":"b"}},"required":["k"]}]}));

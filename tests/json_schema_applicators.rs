@@ -1,10 +1,12 @@
-//! `not` against the `jsonschema` crate: `not` of each keyword the compiler negates, at the
-//! root and at several depths, beside other keywords and inside `anyOf`/`allOf`/`oneOf`/
-//! `$ref`. Every candidate instance, serialized canonically, is accepted only when the
-//! validator accepts it, and, for schemas whose values are scalars (where the compiled
-//! language is every valid value's canonical text), exactly then; random walks through the
-//! automaton give only values the validator accepts. What has no exact rewrite is refused,
-//! naming `not`.
+//! `not`, overlapping `oneOf`, `allOf` of two patterns or steps, and dependencies against
+//! the `jsonschema` crate: `not` of each keyword the compiler negates, at the root and at
+//! several depths, beside other keywords and inside `anyOf`/`allOf`/`oneOf`/`$ref`; `oneOf`
+//! as each branch and not the others; `dependentRequired`, `dependentSchemas` and
+//! `dependencies` as branches. Every candidate instance, serialized canonically, is accepted
+//! only when the validator accepts it, and, for schemas whose values are scalars (where the
+//! compiled language is every valid value's canonical text), exactly then; random walks
+//! through the automaton give only values the validator accepts. What has no exact rewrite
+//! is refused, naming the keyword.
 
 mod json_schema_support;
 
@@ -255,5 +257,54 @@ fn one_of_with_overlapping_branches_matches_exactly_one() {
         (r#"{"a":1,"b":2}"#, false),
     ] {
         assert_eq!(compiled.automaton().matches(text.as_bytes()), ok, "{text}");
+    }
+}
+
+/// Dependencies as branches: the trigger absent, or present with what it needs.
+#[test]
+fn dependencies_hold_in_every_output() {
+    let pool: Vec<Value> = composites().into_iter().chain(scalars()).collect();
+    let props =
+        json!({"a": {"type": "integer"}, "b": {"type": "integer"}, "error": {"type": "string"}});
+    for (schema, accepts, rejects) in [
+        (
+            json!({"type": "object", "properties": props, "dependentRequired": {"a": ["b"]}}),
+            vec![r#"{}"#, r#"{"b":1}"#, r#"{"a":1,"b":2}"#],
+            vec![r#"{"a":1}"#, r#"{"a":1,"error":"x"}"#],
+        ),
+        (
+            json!({"type": "object", "properties": props, "dependencies": {"a": ["b"], "b": {"required": ["error"]}}}),
+            vec![
+                r#"{}"#,
+                r#"{"b":1,"error":"x"}"#,
+                r#"{"a":1,"b":2,"error":"x"}"#,
+            ],
+            vec![r#"{"a":1,"b":2}"#, r#"{"b":1}"#],
+        ),
+        (
+            json!({"type": "object", "properties": props, "dependentSchemas": {"error": {"properties": {"a": {"minimum": 5}}, "required": ["a"]}}}),
+            vec![r#"{"a":5,"error":"x"}"#, r#"{"a":1}"#],
+            vec![r#"{"error":"x"}"#, r#"{"a":4,"error":"x"}"#],
+        ),
+        (
+            json!({"type": "object", "properties": props, "required": ["a"], "dependentRequired": {"a": ["error"], "zzz": ["b"]}}),
+            vec![r#"{"a":1,"error":"x"}"#],
+            vec![r#"{"a":1}"#],
+        ),
+    ] {
+        check(&schema, &pool, false);
+        let compiled = JsonSchema::compile(&schema, "guided_json").unwrap();
+        for text in accepts {
+            assert!(
+                compiled.automaton().matches(text.as_bytes()),
+                "{schema}: rejects {text}"
+            );
+        }
+        for text in rejects {
+            assert!(
+                !compiled.automaton().matches(text.as_bytes()),
+                "{schema}: accepts {text}"
+            );
+        }
     }
 }
