@@ -2712,7 +2712,10 @@ mod tests {
         let c = compile(json!({"oneOf":[{"type":"number"},{"type":"integer"}]}));
         assert!(c.matches(b"1.5") && !c.matches(b"3") && !c.matches(b"3.0"));
         let e = err(json!({"oneOf":[{"items":{"type":"string"}},{"maxItems":1}],"type":"array"}));
-        assert!(e.contains("oneOf") && e.contains("negation of `items`"), "{e}");
+        assert!(
+            e.contains("oneOf") && e.contains("negation of `items`"),
+            "{e}"
+        );
         let c = compile(json!({"oneOf":[
             {"type":"object","properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k"]},
             {"type":"object","properties":{"k":{"const":"b"}},"required":["k"]}]}));
