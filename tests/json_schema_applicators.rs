@@ -1,12 +1,12 @@
-//! `not`, overlapping `oneOf`, `allOf` of two patterns or steps, and dependencies against
-//! the `jsonschema` crate: `not` of each keyword the compiler negates, at the root and at
-//! several depths, beside other keywords and inside `anyOf`/`allOf`/`oneOf`/`$ref`; `oneOf`
-//! as each branch and not the others; `dependentRequired`, `dependentSchemas` and
-//! `dependencies` as branches. Every candidate instance, serialized canonically, is accepted
-//! only when the validator accepts it, and, for schemas whose values are scalars (where the
-//! compiled language is every valid value's canonical text), exactly then; random walks
-//! through the automaton give only values the validator accepts. What has no exact rewrite
-//! is refused, naming the keyword.
+//! `not`, overlapping `oneOf`, `allOf` of two patterns or steps, dependencies and `if`
+//! against the `jsonschema` crate: `not` of each keyword the compiler negates, at the root
+//! and at several depths, beside other keywords and inside `anyOf`/`allOf`/`oneOf`/`$ref`;
+//! `oneOf` as each branch and not the others; `dependentRequired`, `dependentSchemas`,
+//! `dependencies` and `if`/`then`/`else` as branches. Every candidate instance, serialized
+//! canonically, is accepted only when the validator accepts it, and, for schemas whose
+//! values are scalars (where the compiled language is every valid value's canonical text),
+//! exactly then; random walks through the automaton give only values the validator accepts.
+//! What has no exact rewrite is refused, naming the keyword.
 
 mod json_schema_support;
 
@@ -307,4 +307,47 @@ fn dependencies_hold_in_every_output() {
             );
         }
     }
+}
+
+/// `if`/`then`/`else` as "`if` and `then`, or not `if` and `else`".
+#[test]
+fn conditionals_hold_in_every_output() {
+    let pool = scalars();
+    for schema in [
+        json!({"type": "integer", "if": {"minimum": 0}, "then": {"multipleOf": 2}, "else": {"maximum": -5}}),
+        json!({"type": "string", "if": {"pattern": "a"}, "then": {"maxLength": 2}, "else": {"minLength": 2}}),
+        json!({"type": ["string", "null"], "if": {"type": "string"}, "then": {"not": {"pattern": "9"}}}),
+        json!({"type": "integer", "if": {"maximum": 3}, "else": {"multipleOf": 5}}),
+        json!({"type": "boolean", "if": {"const": true}}),
+    ] {
+        let accepted = check(&schema, &pool, true);
+        assert!(accepted > 0, "{schema}: accepts none of the candidates");
+    }
+    let pool: Vec<Value> = composites().into_iter().chain(scalars()).collect();
+    let schema = json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "error": {"type": "string"}},
+        "if": {"required": ["a"]},
+        "then": {"required": ["b"]},
+        "else": {"required": ["error"]}
+    });
+    check(&schema, &pool, false);
+    let compiled = JsonSchema::compile(&schema, "guided_json").unwrap();
+    for (text, ok) in [
+        (r#"{"a":1,"b":2}"#, true),
+        (r#"{"error":"x"}"#, true),
+        (r#"{"a":1}"#, false),
+        (r#"{"b":1}"#, false),
+    ] {
+        assert_eq!(compiled.automaton().matches(text.as_bytes()), ok, "{text}");
+    }
+}
+
+#[test]
+fn all_of_two_conditionals_holds_both() {
+    let schema = json!({"type": "integer", "allOf": [
+        {"if": {"minimum": 0}, "then": {"multipleOf": 2}},
+        {"if": {"maximum": 5}, "then": {"multipleOf": 3}, "else": {"maximum": 9}}
+    ]});
+    assert!(check(&schema, &scalars(), true) > 0);
 }

@@ -1,4 +1,6 @@
-//! `dependentRequired`, `dependentSchemas` and `dependencies` (both forms) as branches: "if
+//! Conditionals as branches. `if`/`then`/`else` is "`if` and `then`, or not `if` and
+//! `else`" (the negation as in `negate`). `dependentRequired`, `dependentSchemas` and
+//! `dependencies` (both forms): "if
 //! `t` is present then `D`" is "`t` is absent, or `t` is present and `D`", so each
 //! dependency becomes an `anyOf` of `{"properties": {t: false}}` and `{"required": [t],
 //! ...D}`, merged into the rest of the schema (several dependencies multiply, up to the
@@ -10,6 +12,35 @@ use super::*;
 const DEPENDENCY_KEYS: [&str; 3] = ["dependentRequired", "dependentSchemas", "dependencies"];
 
 impl Compiler<'_> {
+    /// `m` with `if`/`then`/`else` rewritten as branches, or `None` when it has no `if`.
+    /// An `if` without `then` and `else` asserts nothing and is dropped.
+    pub(super) fn conditional_as_branches(
+        &self,
+        m: &Map<String, Value>,
+    ) -> R<Option<Map<String, Value>>> {
+        let Some(condition) = m.get("if") else {
+            return Ok(None);
+        };
+        let here = self.here();
+        let mut rest = m.clone();
+        rest.remove("if");
+        let then = rest.remove("then");
+        let otherwise = rest.remove("else");
+        if then.is_none() && otherwise.is_none() {
+            return Ok(Some(rest));
+        }
+        let yes = json!({ "allOf": [condition, then.unwrap_or(Value::Bool(true))] });
+        let no = json!({ "not": condition, "allOf": [otherwise.unwrap_or(Value::Bool(true))] });
+        let mut branches = Map::new();
+        branches.insert("anyOf".into(), json!([yes, no]));
+        merge(rest, branches, &here).map(Some).map_err(|_| {
+            Fail::Limit(format!(
+                "`if` at {here}: its two branches beside the schema's others are more than \
+                     the 64 branches a merge writes out"
+            ))
+        })
+    }
+
     /// `m` with its dependencies rewritten as branches, or `None` when it has none.
     pub(super) fn dependencies_as_branches(
         &self,
@@ -61,9 +92,9 @@ impl Compiler<'_> {
                 let fires = listed(&trigger) || required(&trigger) || spelled_otherwise;
                 // What is always there already holds: no branch.
                 let holds = match &dep {
-                    Value::Array(names) if dk != "dependentSchemas" => names
-                        .iter()
-                        .all(|n| n.as_str().is_some_and(|n| required(n))),
+                    Value::Array(names) if dk != "dependentSchemas" => {
+                        names.iter().all(|n| n.as_str().is_some_and(&required))
+                    }
                     Value::Bool(true) => true,
                     Value::Object(o) => o.keys().all(|k| !is_validation_key(k)),
                     _ => false,

@@ -93,14 +93,18 @@
 //! - Ignored (no effect on validity): `title`, `description`, `$schema`, `$id`, `$comment`,
 //!   `$anchor`, `$defs`, `definitions`, `examples`, `default`, `deprecated`, `readOnly`,
 //!   `writeOnly`, `contentEncoding`/`contentMediaType`/`contentSchema` from draft 2019-09 on,
-//!   `then`/`else` without `if`, and keywords JSON Schema does not define (`nullable`,
+//!   `if` without `then` or `else`, `then`/`else` without `if`, and keywords JSON Schema
+//!   does not define (`nullable`,
 //!   `x-...`), which validators ignore too.
 //! - `patternProperties` when no listed property matches a pattern, all patterns share one
 //!   schema and no other extra keys are allowed: keys matching a pattern (encoded as for
 //!   `pattern`) after the listed properties.
-//! - Refused (except beside `enum`/`const`): `not`, `if`, `contains`, other `patternProperties`,
-//!   `uniqueItems` with more than one item, `$dynamicRef`, `$recursiveRef`, and the cases
-//!   above. Two `not`s merged by `allOf` become one `not` of their `anyOf`.
+//! - `if`/`then`/`else` as branches: `if` and `then`, or `not if` (as `not` above) and
+//!   `else`; two conditionals under one `allOf` as the product of their branches.
+//! - Refused (except beside `enum`/`const`): `contains`, other `patternProperties`,
+//!   `uniqueItems` with more than one item, `$dynamicRef`, `$recursiveRef`, `not` or `if`
+//!   whose negation has no exact form, and the cases above. Two `not`s merged by `allOf`
+//!   become one `not` of their `anyOf`.
 //!
 //! # Output form
 //!
@@ -1336,7 +1340,11 @@ impl<'a> Compiler<'a> {
                 .as_array()
                 .ok_or_else(|| Fail::Invalid(format!("`allOf` at {here} must be an array")))?;
             for sub in all {
-                let f = self.nested(|c| c.flatten(sub))?;
+                let mut f = self.nested(|c| c.flatten(sub))?;
+                if out.contains_key("if") && f.contains_key("if") {
+                    // Two conditionals have no merged form; one as its branches merges.
+                    f = self.conditional_as_branches(&f)?.unwrap_or(f);
+                }
                 out = merge(out, f, &here)?;
             }
         }
@@ -1383,12 +1391,12 @@ impl<'a> Compiler<'a> {
                 _ => return self.negated(m),
             },
         };
-        if m.contains_key("if") && (m.contains_key("then") || m.contains_key("else")) {
-            return Err(unsupported("if", &here, "conditional subschemas"));
-        }
         if !m.keys().any(|k| is_validation_key(k)) {
             // `{}`: any value (one grammar rule, rather than each type spelled out).
             return Ok(Node::AnyJson);
+        }
+        if let Some(branches) = self.conditional_as_branches(m)? {
+            return self.nested(|c| c.flat_schema(&branches));
         }
         if let Some(branches) = self.dependencies_as_branches(m)? {
             return self.nested(|c| c.flat_schema(&branches));
