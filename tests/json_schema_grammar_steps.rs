@@ -1,0 +1,110 @@
+//! No grammar-backed schema fails mid-generation: every schema of JSONSchemaBench and the
+//! SchemaStore corpus that compiles to the grammar engine is walked with the reference
+//! model's vocabulary (SmolLM2-135M, 49,152 tokens): at each step the mask is computed, a
+//! random allowed token is taken (half the time the longest allowed one, which moves
+//! through several grammar positions at once), and a random disallowed token is tried and
+//! must be refused as not allowed. A `limit_exceeded` after compiling is the failure this
+//! test exists for: the request would already have had its 200.
+//!
+//! Needs `POOT_REFERENCE_GGUF` (as `tests/constraint_reference_vocab.rs`; `make test` sets it).
+
+mod json_schema_support;
+
+use json_schema_support::*;
+use poot::constraint::{Compiled, Constraint, Matcher};
+use poot::gguf::Gguf;
+use poot::vocab::Vocabulary;
+use std::sync::Arc;
+
+/// Tokens per walk, and walks per schema.
+const STEPS: usize = 48;
+const WALKS: usize = 2;
+
+fn reference_vocab() -> Arc<Vocabulary> {
+    let path = std::env::var("POOT_REFERENCE_GGUF")
+        .expect("POOT_REFERENCE_GGUF is not set: run `make test`, which fetches the model");
+    let file = std::fs::read(&path).unwrap_or_else(|e| panic!("POOT_REFERENCE_GGUF={path}: {e}"));
+    let gguf = Gguf::parse(&file).expect("the reference model parses");
+    Arc::new(Vocabulary::from_gguf(&gguf).expect("its vocabulary reads"))
+}
+
+#[test]
+fn grammar_backed_corpus_schemas_never_exceed_a_step_budget() {
+    let vocab = reference_vocab();
+    let words = vocab.len().div_ceil(32);
+    let mut rng = Rng(24);
+    let (mut schemas, mut steps, mut refused) = (0, 0, 0);
+    let mut failures = Vec::new();
+    for (name, file) in jsonschemabench().into_iter().chain(schemastore()) {
+        let Ok(compiled) = compile(&file["schema"]) else {
+            continue;
+        };
+        let automaton = compiled.into_automaton();
+        if !matches!(automaton, Compiled::Grammar(_)) {
+            continue;
+        }
+        schemas += 1;
+        let constraint = Arc::new(Constraint::from_compiled(automaton, vocab.clone()));
+        let mut mask = vec![0u32; words];
+        'walks: for _ in 0..WALKS {
+            let mut m = Matcher::new(constraint.clone());
+            for _ in 0..STEPS {
+                if let Err(e) = m.fill_mask(&mut mask) {
+                    failures.push(format!(
+                        "{name}: mask after {} tokens: {e}",
+                        m.token_count()
+                    ));
+                    break 'walks;
+                }
+                let allowed: Vec<u32> = (0..vocab.len() as u32)
+                    .filter(|&t| mask[t as usize / 32] >> (t % 32) & 1 == 1)
+                    .filter(|&t| vocab.is_text(t))
+                    .collect();
+                // An invalid continuation: refused as not allowed, never out of budget.
+                let bad = rng.below(vocab.len()) as u32;
+                if mask[bad as usize / 32] >> (bad % 32) & 1 == 0 && vocab.is_text(bad) {
+                    // A refused token leaves the matcher as it was.
+                    match m.advance(bad) {
+                        Err(e) if e.is_limit_exceeded() => {
+                            failures.push(format!("{name}: refusing a token: {e}"));
+                            break 'walks;
+                        }
+                        Err(_) => refused += 1,
+                        Ok(()) => {
+                            failures.push(format!("{name}: took a masked-out token"));
+                            break 'walks;
+                        }
+                    }
+                }
+                if allowed.is_empty() {
+                    break;
+                }
+                let token = if rng.below(2) == 0 {
+                    *allowed
+                        .iter()
+                        .max_by_key(|&&t| vocab.bytes(t).len())
+                        .expect("not empty")
+                } else {
+                    allowed[rng.below(allowed.len())]
+                };
+                if let Err(e) = m.advance(token) {
+                    failures.push(format!("{name}: advancing an allowed token: {e}"));
+                    break 'walks;
+                }
+                steps += 1;
+            }
+        }
+    }
+    eprintln!(
+        "grammar-backed schemas: {schemas}, {steps} steps, {refused} invalid tokens refused, \
+         {} failures",
+        failures.len()
+    );
+    assert!(schemas > 1000, "only {schemas} grammar-backed schemas");
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures[..failures.len().min(20)].join("\n")
+    );
+}
