@@ -351,3 +351,31 @@ fn all_of_two_conditionals_holds_both() {
     ]});
     assert!(check(&schema, &scalars(), true) > 0);
 }
+
+/// Number bounds with a fraction, compared digit by digit: exact on every canonical number
+/// of up to three decimals in [-3, 3].
+#[test]
+fn decimal_number_bounds_are_exact() {
+    let pool: Vec<Value> = (-3000..=3000)
+        .step_by(7)
+        .chain([
+            -2500, -500, -1, 0, 1, 499, 500, 501, 1500, 2500, 2990, 2999, 3000,
+        ])
+        .map(|i| json!(i as f64 / 1000.0))
+        .chain((-3..=3).map(|i| json!(i)))
+        .collect();
+    for schema in [
+        json!({"type": "number", "minimum": 0.5}),
+        json!({"type": "number", "exclusiveMinimum": 0.5, "maximum": 2.99}),
+        json!({"type": "number", "minimum": -2.5, "exclusiveMaximum": -0.001}),
+        json!({"type": "number", "minimum": -0.5, "maximum": 0.5}),
+        json!({"type": "number", "exclusiveMinimum": -1.25, "exclusiveMaximum": 1}),
+        json!({"type": "number", "maximum": 0.07}),
+        json!({"type": "number", "exclusiveMaximum": -2.999}),
+        json!({"type": "number", "minimum": 1.5, "maximum": 1.5}),
+        json!({"type": "number", "minimum": 2, "maximum": 2.001}),
+    ] {
+        let accepted = check(&schema, &pool, true);
+        assert!(accepted > 0, "{schema}: accepts none of the candidates");
+    }
+}

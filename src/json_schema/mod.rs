@@ -1847,6 +1847,26 @@ impl<'a> Compiler<'a> {
                 )),
             }
         };
+        let integral =
+            |b: Option<FBound>| b.is_none_or(|(v, _)| v.fract() == 0.0 && v.abs() < 1e30);
+        if !(integral(lo) && integral(hi)) {
+            // A bound with a fraction: compared digit by digit with its decimal text.
+            let decimal = |b: Option<FBound>, key: &str| -> R<Option<number::DecimalBound>> {
+                b.map(|(v, ex)| {
+                    number::DecimalBound::new(v, ex).ok_or_else(|| {
+                        unsupported(key, &here, &format!("number bound {v} is past 10^38"))
+                    })
+                })
+                .transpose()
+            };
+            let (lo, hi) = (decimal(lo, "minimum")?, decimal(hi, "maximum")?);
+            return number::decimal_range(lo.as_ref(), hi.as_ref(), &self.limits).map_err(|r| {
+                Fail::Limit(format!(
+                    "the number bounds at {here} need more than {} ({r})",
+                    r.limit_phrase()
+                ))
+            });
+        }
         let lo = to_bound(lo, "minimum")?;
         let hi = to_bound(hi, "maximum")?;
         Ok(number::number_range(lo, hi))
@@ -2708,8 +2728,8 @@ mod tests {
         let e = err(json!({"type":"object","properties":{"x":{"not":{"items":{}}}}}));
         assert!(e.contains("`not` at #/properties/x/not"), "{e}");
         assert!(e.contains("negation of `items`"), "{e}");
-        let e = err(json!({"type":"number","maximum":0.5}));
-        assert!(e.contains("not an integer"), "{e}");
+        let e = err(json!({"type":"number","maximum":1e300}));
+        assert!(e.contains("past 10^38"), "{e}");
     }
 
     #[test]

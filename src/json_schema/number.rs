@@ -363,6 +363,178 @@ pub(crate) fn number_range(lo: Option<Bound>, hi: Option<Bound>) -> Node {
     Node::alt(alts)
 }
 
+/// A bound of any finite value as decimal digits: the sign, the integer part, the fraction's
+/// digits without trailing zeros (empty for an integer) and whether it is exclusive.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DecimalBound {
+    negative: bool,
+    int: u128,
+    frac: String,
+    exclusive: bool,
+}
+
+impl DecimalBound {
+    /// The bound `v` (finite, below 10^38 in magnitude) as written by its shortest
+    /// round-trip decimal, which is the value validators compare with (f64).
+    pub(crate) fn new(v: f64, exclusive: bool) -> Option<DecimalBound> {
+        if !v.is_finite() || v.abs() >= 1e38 {
+            return None;
+        }
+        // `Display` for f64 writes every digit, never an exponent.
+        let text = format!("{}", v.abs());
+        let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+        Some(DecimalBound {
+            negative: v < 0.0,
+            int: int.parse().ok()?,
+            frac: frac.trim_end_matches('0').to_owned(),
+            exclusive,
+        })
+    }
+}
+
+fn frac_digits() -> Node {
+    Node::repeat(digit(0, 9), 0, None)
+}
+
+/// The optional fraction (`.` and digits, or nothing) of a number whose integer part equals
+/// the bound's: fractions at least `.d` (above it when `strict`).
+fn fraction_at_least(d: &str, strict: bool) -> Node {
+    if d.is_empty() {
+        return if strict {
+            nonzero_fraction()
+        } else {
+            Node::opt(fraction())
+        };
+    }
+    let b = d.as_bytes();
+    let mut alts = Vec::new();
+    // The first digit that differs is larger.
+    for i in 0..b.len() {
+        let di = b[i] - b'0';
+        if di < 9 {
+            alts.push(Node::concat(vec![
+                Node::lit(&d[..i]),
+                digit(di + 1, 9),
+                frac_digits(),
+            ]));
+        }
+    }
+    // All of d, then anything (something above zero when strict).
+    alts.push(Node::concat(vec![
+        Node::lit(d),
+        if strict {
+            Node::concat(vec![frac_digits(), digit(1, 9), frac_digits()])
+        } else {
+            frac_digits()
+        },
+    ]));
+    Node::concat(vec![Node::lit("."), Node::alt(alts)])
+}
+
+/// The optional fraction of a number whose integer part equals the bound's: fractions at
+/// most `.d` (below it when `strict`); no fraction is `.0`.
+fn fraction_at_most(d: &str, strict: bool) -> Node {
+    if d.is_empty() {
+        return if strict {
+            Node::Nothing
+        } else {
+            zero_fraction()
+        };
+    }
+    let b = d.as_bytes();
+    let mut alts = Vec::new();
+    // The first digit that differs is smaller.
+    for i in 0..b.len() {
+        let di = b[i] - b'0';
+        if di > 0 {
+            alts.push(Node::concat(vec![
+                Node::lit(&d[..i]),
+                digit(0, di - 1),
+                frac_digits(),
+            ]));
+        }
+    }
+    // A prefix of d, then zeros (all of d only when not strict: d ends in a nonzero digit).
+    let longest = if strict { b.len() - 1 } else { b.len() };
+    for k in 1..=longest {
+        alts.push(Node::concat(vec![
+            Node::lit(&d[..k]),
+            Node::repeat(Node::lit("0"), 0, None),
+        ]));
+    }
+    Node::alt(vec![
+        Node::Empty,
+        Node::concat(vec![Node::lit("."), Node::alt(alts)]),
+    ])
+}
+
+/// Magnitudes (unsigned, no exponent) at least the bound's (above it when exclusive).
+fn magnitude_at_least(b: &DecimalBound) -> Node {
+    Node::alt(vec![
+        Node::concat(vec![nonneg_range(b.int + 1, None), Node::opt(fraction())]),
+        Node::concat(vec![
+            Node::lit(b.int.to_string()),
+            fraction_at_least(&b.frac, b.exclusive),
+        ]),
+    ])
+}
+
+/// Magnitudes at most the bound's (below it when exclusive).
+fn magnitude_at_most(b: &DecimalBound) -> Node {
+    let mut alts = Vec::new();
+    if b.int >= 1 {
+        alts.push(Node::concat(vec![
+            nonneg_range(0, Some(b.int - 1)),
+            Node::opt(fraction()),
+        ]));
+    }
+    alts.push(Node::concat(vec![
+        Node::lit(b.int.to_string()),
+        fraction_at_most(&b.frac, b.exclusive),
+    ]));
+    Node::alt(alts)
+}
+
+/// Numbers (no exponent, no `-0`) with decimal bounds on either side: those at least `lo`
+/// intersected with those at most `hi`, digit by digit (exact for any finite decimal bound,
+/// `0.5 <= x < 99.99`); refused past `limits`.
+pub(crate) fn decimal_range(
+    lo: Option<&DecimalBound>,
+    hi: Option<&DecimalBound>,
+    limits: &Limits,
+) -> Result<Node, Refusal> {
+    let any_magnitude = || Node::concat(vec![nonneg_range(0, None), Node::opt(fraction())]);
+    // A negative number's magnitude is not zero (`-0` is not written).
+    let negative = |m: Node| -> Result<Node, Refusal> {
+        let zero = Node::concat(vec![Node::lit("0"), zero_fraction()]);
+        let m = Node::difference(&m, &zero, limits)?;
+        Ok(match m {
+            Node::Nothing => Node::Nothing,
+            m => Node::concat(vec![Node::lit("-"), m]),
+        })
+    };
+    let at_least = |b: &DecimalBound| -> Result<Node, Refusal> {
+        Ok(if b.negative {
+            Node::alt(vec![any_magnitude(), negative(magnitude_at_most(b))?])
+        } else {
+            magnitude_at_least(b)
+        })
+    };
+    let at_most = |b: &DecimalBound| -> Result<Node, Refusal> {
+        Ok(if b.negative {
+            negative(magnitude_at_least(b))?
+        } else {
+            Node::alt(vec![negative(any_magnitude())?, magnitude_at_most(b)])
+        })
+    };
+    match (lo, hi) {
+        (None, None) => Ok(any_number()),
+        (Some(l), None) => at_least(l),
+        (None, Some(h)) => at_most(h),
+        (Some(l), Some(h)) => Node::intersect(&at_least(l)?, &at_most(h)?, limits),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
