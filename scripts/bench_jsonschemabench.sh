@@ -10,8 +10,9 @@
 # differ in what they follow (see the peer script): compare their shapes. Each engine's
 # per-file lines are kept in $TARGET/coverage/{poot,llguidance}.jsonl.
 #
-# usage: [CORPUS=jsonschemabench|schemastore|all] [PEER=1] scripts/bench_jsonschemabench.sh [MODEL.gguf]
-#        (default model $POOT_REFERENCE_GGUF, default corpus jsonschemabench)
+# usage: [CORPUS=jsonschemabench|schemastore|all] [PEER=1] [EXTRA_KEYS=1] scripts/bench_jsonschemabench.sh [MODEL.gguf]
+#        (default model $POOT_REFERENCE_GGUF, default corpus jsonschemabench; EXTRA_KEYS=1
+#        compiles as `guided_json_extra_keys: true`, JSON Schema's reading of unlisted keys)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-${POOT_REFERENCE_GGUF:?usage: $0 MODEL.gguf (or set POOT_REFERENCE_GGUF)}}
@@ -37,7 +38,9 @@ done
 out=$TARGET/coverage
 mkdir -p "$out"
 echo "== poot ($CORPUS)"
-"$TARGET/release/poot" coverage --model "$MODEL" "$tmp/files" > "$out/poot.jsonl"
+extra=()
+[ "${EXTRA_KEYS:-0}" = 1 ] && extra=(--extra-keys)
+"$TARGET/release/poot" coverage --model "$MODEL" "${extra[@]}" "$tmp/files" > "$out/poot.jsonl"
 tail -n 1 "$out/poot.jsonl"
 python3 scripts/coverage_table.py "$out/poot.jsonl"
 if [ "${PEER:-0}" = 1 ]; then

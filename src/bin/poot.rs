@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! poot check  --request FILE [--emit gbnf]
-//! poot coverage --model GGUF PATH...
+//! poot coverage --model GGUF [--extra-keys] PATH...
 //! poot trace  --model GGUF --request FILE --output TEXT_FILE [--masks]
 //! poot sample --model GGUF --request FILE --n N --seed S [--max-tokens M]
 //! ```
@@ -50,7 +50,7 @@ const USAGE: &str = "usage:
               [--max-connections 256] [--queue 64] [--header-timeout 5] [--body-timeout 10]
               [--write-timeout 5] [--limits JSON]
   poot check  --request FILE [--emit gbnf]
-  poot coverage --model GGUF|tokenizer.json PATH...
+  poot coverage --model GGUF|tokenizer.json [--extra-keys] PATH...
   poot trace  --model GGUF|tokenizer.json --request FILE --output TEXT_FILE [--masks]
   poot sample --model GGUF|tokenizer.json --request FILE --n N --seed S [--max-tokens M]
 --backend gpu uses the adapter's shader-f16 and subgroups when it has them;
@@ -218,7 +218,7 @@ fn run(args: &[String]) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
         "coverage" => {
-            let (model, paths) = coverage_args(rest)?;
+            let (model, paths, options) = coverage_args(rest)?;
             let vocab = load_vocab(&model)?;
             let mut files = Vec::new();
             for p in &paths {
@@ -226,7 +226,7 @@ fn run(args: &[String]) -> Result<ExitCode, Failure> {
             }
             let mut report = CoverageReport::default();
             for f in &files {
-                let line = coverage_file(&vocab, f, &mut report)?;
+                let line = coverage_file(&vocab, f, options, &mut report)?;
                 println!("{line}");
             }
             println!("{}", report.summary());
@@ -316,9 +316,11 @@ fn emit_gbnf(body: &[u8]) -> (String, bool) {
     }
 }
 
-/// `--model M` plus one or more paths.
-fn coverage_args(args: &[String]) -> Result<(String, Vec<String>), Failure> {
+/// `--model M`, `--extra-keys` (compile as `guided_json_extra_keys: true` asks) and one or
+/// more paths.
+fn coverage_args(args: &[String]) -> Result<(String, Vec<String>, SchemaOptions), Failure> {
     let mut model = None;
+    let mut options = SchemaOptions::DEFAULT;
     let mut paths = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -330,6 +332,7 @@ fn coverage_args(args: &[String]) -> Result<(String, Vec<String>), Failure> {
                         .clone(),
                 )
             }
+            "--extra-keys" => options.extra_keys = true,
             a if a.starts_with("--") => {
                 return Err(Failure::Usage(format!("unknown option `{a}`")))
             }
@@ -342,7 +345,7 @@ fn coverage_args(args: &[String]) -> Result<(String, Vec<String>), Failure> {
             "coverage needs at least one file or folder".into(),
         ));
     }
-    Ok((model, paths))
+    Ok((model, paths, options))
 }
 
 /// The `.json` files at `path` (a file, or a folder searched recursively), sorted.
@@ -404,6 +407,7 @@ impl CoverageReport {
 fn coverage_file(
     vocab: &Arc<Vocabulary>,
     path: &std::path::Path,
+    options: SchemaOptions,
     report: &mut CoverageReport,
 ) -> Result<Value, Failure> {
     let file: Value = serde_json::from_slice(&read(&path.display().to_string())?)
@@ -412,7 +416,7 @@ fn coverage_file(
     let spec = Spec::Json {
         schema: file.get("schema").cloned().unwrap_or(Value::Null),
         field: "guided_json",
-        options: SchemaOptions::DEFAULT,
+        options,
     };
     let t0 = Instant::now();
     let compiled = Constraint::from_spec(&spec, vocab.clone());
