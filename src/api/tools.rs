@@ -1227,8 +1227,7 @@ mod tests {
             assert!(e.message().contains(want), "{v}: {}", e.message());
         }
         // A schema the guided_json compiler refuses keeps the compiler's message.
-        let schema =
-            json!({"type": "object", "properties": {"x": {"type": "number", "minimum": 0.5}}});
+        let schema = json!({"type": "object", "properties": {"x": {"type": "array", "items": {"type": "string"}, "uniqueItems": true}}});
         let direct = JsonSchema::compile(&schema, "tools").unwrap_err();
         let e = parse_tools(Some(&f(json!({"name": "a", "parameters": schema})))).unwrap_err();
         assert_eq!(e.param(), Some("tools"));
