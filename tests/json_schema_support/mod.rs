@@ -387,3 +387,33 @@ pub fn golden(name: &str, actual: &str) {
         );
     }
 }
+
+/// Each candidate, serialized canonically, is accepted by `automaton` only when `validator`
+/// accepts it, and with `exact` exactly then; `each(text, accepted)` sees every candidate
+/// (a further check on the same texts). Returns how many were accepted, so a case cannot
+/// pass by rejecting everything.
+pub fn check_candidates(
+    schema: &Value,
+    validator: &jsonschema::Validator,
+    automaton: &Compiled,
+    candidates: &[Value],
+    exact: bool,
+    mut each: impl FnMut(&str, bool),
+) -> usize {
+    let mut accepted_count = 0;
+    for c in candidates {
+        let text = canonical_json(c);
+        let ok = validator.is_valid(c);
+        let accepted = automaton.matches(text.as_bytes());
+        assert!(
+            !accepted || ok,
+            "{schema}: accepts {text}, which is invalid"
+        );
+        if exact {
+            assert_eq!(accepted, ok, "{schema}: rejects {text}, which is valid");
+        }
+        each(&text, accepted);
+        accepted_count += usize::from(accepted);
+    }
+    accepted_count
+}
