@@ -117,6 +117,7 @@ fn not_of_scalar_keywords_is_exact() {
         json!({"anyOf": [{"type": "string", "not": {"pattern": "a"}}, {"type": "integer", "not": {"multipleOf": 2}}]}),
         json!({"type": ["string", "boolean"], "not": {"type": "string", "pattern": "a"}}),
         json!({"not": {"type": "integer"}}),
+        json!({"type": ["number", "string"], "not": {"enum": ["a", true]}}),
         json!({"type": "number", "not": {"type": "integer"}, "minimum": -1, "maximum": 2}),
     ] {
         let accepted = check(&schema, &pool, true);

@@ -1777,7 +1777,11 @@ impl<'a> Compiler<'a> {
                 .and_then(Value::as_f64)
                 .is_some_and(|k| k > 0.0 && k.fract() == 0.0);
             let numbers_out = x.values.iter().any(Value::is_number);
-            if !integral_step && !numbers_out && x.multiples.iter().all(|&k| k == 1.0) {
+            if !integral_step
+                && !numbers_out
+                && !x.multiples.is_empty()
+                && x.multiples.iter().all(|&k| k == 1.0)
+            {
                 // Not an integer (`not: {type: integer}`): a fraction whose last digit is
                 // not 0, no exponent, and at most 15 digits in all (more, and a validator's
                 // f64 may round 1.0000000000000001 to the integer 1).
