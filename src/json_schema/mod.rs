@@ -24,8 +24,9 @@
 //!   after each one, so a canonical instance's sorted keys are in the language); left out
 //!   beside `properties` → only the listed keys (a documented restriction, the default), or,
 //!   with `guided_json_extra_keys: true` ([`SchemaOptions::extra_keys`]), as JSON Schema
-//!   says: the same as `true`, with free-form values. Extra keys
-//!   never take a listed name or (at the top of a `oneOf` branch) a key any branch names. Implicit extra keys are left out where they would need
+//!   says: the same as `true`, with free-form values. Extra keys never take a listed name
+//!   or (at the top of a `oneOf` branch) a key any branch names. Implicit extra keys are
+//!   left out where they would need
 //!   `propertyNames` or `patternProperties` beside listed keys, and for a whole schema whose
 //!   automaton they push past its bound (it then runs as if `guided_json_extra_keys` were
 //!   `false`, rather than being refused). An object schema with no `properties` and no
@@ -94,8 +95,7 @@
 //!   `$anchor`, `$defs`, `definitions`, `examples`, `default`, `deprecated`, `readOnly`,
 //!   `writeOnly`, `contentEncoding`/`contentMediaType`/`contentSchema` from draft 2019-09 on,
 //!   `if` without `then` or `else`, `then`/`else` without `if`, and keywords JSON Schema
-//!   does not define (`nullable`,
-//!   `x-...`), which validators ignore too.
+//!   does not define (`nullable`, `x-...`), which validators ignore too.
 //! - `patternProperties` when no listed property matches a pattern, all patterns share one
 //!   schema and no other extra keys are allowed: keys matching a pattern (encoded as for
 //!   `pattern`) after the listed properties.
@@ -1045,7 +1045,11 @@ fn merge(mut a: Map<String, Value>, b: Map<String, Value>, path: &str) -> R<Map<
                     v => vec![v.clone()],
                 };
                 let mut all = list(va);
-                all.extend(list(&vb).into_iter().filter(|p| !list(va).contains(p)));
+                for p in list(&vb) {
+                    if !all.contains(&p) {
+                        all.push(p);
+                    }
+                }
                 Value::Array(all)
             }
             // Multiples of both integer steps: multiples of their least common multiple,
@@ -1436,9 +1440,9 @@ impl<'a> Compiler<'a> {
                         .map(|b| Node::lit(b.to_string()))
                         .collect(),
                 ),
-                "integer" => self.integer(m, false)?,
-                "number" => self.number(m)?,
-                "string" => self.string(m)?,
+                "integer" => self.integer(m, false, &excluded)?,
+                "number" => self.number(m, &excluded)?,
+                "string" => self.string(m, &excluded)?,
                 "array" => self.array(m)?,
                 _ => self.object(m)?,
             });
@@ -1633,11 +1637,16 @@ impl<'a> Compiler<'a> {
     /// Integers, less what a leaf `not` excludes ([`Excluded`]): multiples of a step by the
     /// digits read modulo the step ([`number::divisible_by`], exact at any length), values
     /// by their canonical text.
-    fn integer(&mut self, m: &Map<String, Value>, from_number: bool) -> R<Node> {
+    fn integer(
+        &mut self,
+        m: &Map<String, Value>,
+        from_number: bool,
+        excluded: &Excluded,
+    ) -> R<Node> {
         let node = self.integer_in_bounds(m, from_number)?;
-        let Some(excluded) = m.get("not").and_then(Excluded::of) else {
+        if excluded.multiples.is_empty() && excluded.values.is_empty() {
             return Ok(node);
-        };
+        }
         let here = self.here();
         let refused = |r: crate::regex::Refusal| {
             Fail::Limit(format!(
@@ -1769,63 +1778,61 @@ impl<'a> Compiler<'a> {
         Ok(number::integer_range(lo_i, hi_i))
     }
 
-    fn number(&mut self, m: &Map<String, Value>) -> R<Node> {
+    fn number(&mut self, m: &Map<String, Value>, x: &Excluded) -> R<Node> {
         let here = self.here();
-        if let Some(x) = m.get("not").and_then(Excluded::of) {
-            let integral_step = m
-                .get("multipleOf")
-                .and_then(Value::as_f64)
-                .is_some_and(|k| k > 0.0 && k.fract() == 0.0);
-            let numbers_out = x.values.iter().any(Value::is_number);
-            if !integral_step
-                && !numbers_out
-                && !x.multiples.is_empty()
-                && x.multiples.iter().all(|&k| k == 1.0)
-            {
-                // Not an integer (`not: {type: integer}`): a fraction whose last digit is
-                // not 0, no exponent, and at most 15 digits in all (more, and a validator's
-                // f64 may round 1.0000000000000001 to the integer 1).
-                let base = self.number_in_bounds(m)?;
-                let digits = |lo, hi| Node::repeat(Node::class(vec![('0', '9')]), lo, Some(hi));
-                let last = || Node::class(vec![('1', '9')]);
-                let mut shapes = vec![Node::concat(vec![Node::lit("0."), digits(0, 14), last()])];
-                for int_digits in 1..MULTIPLE_DIGITS {
-                    shapes.push(Node::concat(vec![
-                        Node::class(vec![('1', '9')]),
-                        digits(int_digits - 1, int_digits - 1),
-                        Node::lit("."),
-                        digits(0, MULTIPLE_DIGITS - 1 - int_digits),
-                        last(),
-                    ]));
-                }
-                let fractional = Node::concat(vec![Node::opt(Node::lit("-")), Node::alt(shapes)]);
-                return Node::intersect(&base, &fractional, &self.limits).map_err(|r| {
-                    Fail::Limit(format!(
-                        "`not` at {here} takes integers out of numbers that need more than {} \
-                         ({r})",
-                        r.limit_phrase()
-                    ))
-                });
+        let integral_step = m
+            .get("multipleOf")
+            .and_then(Value::as_f64)
+            .is_some_and(|k| k > 0.0 && k.fract() == 0.0);
+        let numbers_out = x.values.iter().any(Value::is_number);
+        if !integral_step
+            && !numbers_out
+            && !x.multiples.is_empty()
+            && x.multiples.iter().all(|&k| k == 1.0)
+        {
+            // Not an integer (`not: {type: integer}`): a fraction whose last digit is
+            // not 0, no exponent, and at most 15 digits in all (more, and a validator's
+            // f64 may round 1.0000000000000001 to the integer 1).
+            let base = self.number_in_bounds(m, x)?;
+            let digits = |lo, hi| Node::repeat(Node::class(vec![('0', '9')]), lo, Some(hi));
+            let last = || Node::class(vec![('1', '9')]);
+            let mut shapes = vec![Node::concat(vec![Node::lit("0."), digits(0, 14), last()])];
+            for int_digits in 1..MULTIPLE_DIGITS {
+                shapes.push(Node::concat(vec![
+                    Node::class(vec![('1', '9')]),
+                    digits(int_digits - 1, int_digits - 1),
+                    Node::lit("."),
+                    digits(0, MULTIPLE_DIGITS - 1 - int_digits),
+                    last(),
+                ]));
             }
-            if !integral_step && (!x.multiples.is_empty() || numbers_out) {
-                // 1, 1.0 and 10e-1 are one number: a value or a step's multiples have
-                // unboundedly many spellings among numbers with a fraction or an exponent.
-                return Err(unsupported(
-                    "not",
-                    &here,
-                    "excluding values or multiples from numbers that are not integers",
-                ));
-            }
+            let fractional = Node::concat(vec![Node::opt(Node::lit("-")), Node::alt(shapes)]);
+            return Node::intersect(&base, &fractional, &self.limits).map_err(|r| {
+                Fail::Limit(format!(
+                    "`not` at {here} takes integers out of numbers that need more than {} \
+                     ({r})",
+                    r.limit_phrase()
+                ))
+            });
         }
-        self.number_in_bounds(m)
+        if !integral_step && (!x.multiples.is_empty() || numbers_out) {
+            // 1, 1.0 and 10e-1 are one number: a value or a step's multiples have
+            // unboundedly many spellings among numbers with a fraction or an exponent.
+            return Err(unsupported(
+                "not",
+                &here,
+                "excluding values or multiples from numbers that are not integers",
+            ));
+        }
+        self.number_in_bounds(m, x)
     }
 
-    fn number_in_bounds(&mut self, m: &Map<String, Value>) -> R<Node> {
+    fn number_in_bounds(&mut self, m: &Map<String, Value>, excluded: &Excluded) -> R<Node> {
         let here = self.here();
         if let Some(k) = m.get("multipleOf") {
             let kf = as_f64(k, "multipleOf", &here)?;
             if kf.fract() == 0.0 && kf > 0.0 {
-                return self.integer(m, true);
+                return self.integer(m, true, excluded);
             }
             return Err(unsupported(
                 "multipleOf",
@@ -1876,7 +1883,7 @@ impl<'a> Compiler<'a> {
         Ok(number::number_range(lo, hi))
     }
 
-    fn string(&mut self, m: &Map<String, Value>) -> R<Node> {
+    fn string(&mut self, m: &Map<String, Value>, x: &Excluded) -> R<Node> {
         let here = self.here();
         if self.draft <= Draft::D7 {
             for k in ["contentEncoding", "contentMediaType"] {
@@ -1924,19 +1931,17 @@ impl<'a> Compiler<'a> {
         }
         // What a leaf `not` takes out, over decoded characters as the contents are.
         let mut excluded: Vec<Node> = Vec::new();
-        if let Some(x) = m.get("not").and_then(Excluded::of) {
-            for p in &x.patterns {
-                excluded.push(string::pattern_content(p).map_err(|why| {
-                    unsupported("not", &here, &format!("pattern {} uses {why}", quote(p)))
-                })?);
-            }
-            excluded.extend(
-                x.values
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(|v| Node::lit(v.to_owned())),
-            );
+        for p in &x.patterns {
+            excluded.push(string::pattern_content(p).map_err(|why| {
+                unsupported("not", &here, &format!("pattern {} uses {why}", quote(p)))
+            })?);
         }
+        excluded.extend(
+            x.values
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|v| Node::lit(v.to_owned())),
+        );
         if !excluded.is_empty() {
             let lengths = (min.is_some() || max.is_some()).then_some((min.unwrap_or(0), max));
             let nodes = contents.into_iter().map(|(n, _)| n).collect();
