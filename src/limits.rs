@@ -250,30 +250,25 @@ pub const MAX_GRAMMAR_REPETITION: u32 = 1000;
 /// whose determinization explodes) is refused while compiling.
 pub const GRAMMAR_AUTOMATON_BYTES: usize = 1024 * 1024;
 
-/// Work the grammar compiler's subset construction may do, in units of one NFA edge scanned
-/// or one NFA state visited (by an ε-closure or the nullable-rule fixpoint), over all the
-/// attempts of one compile (a grammar past [`GRAMMAR_AUTOMATON_BYTES`] is compiled again
-/// with fewer rules inlined, a JSON Schema's grammar is rendered again with counts
-/// expanded, then nested, then with its listed keys only, and each attempt redoes the work).
+/// Work the grammar compiler's subset construction may do, in units of one NFA edge read,
+/// one byte class it covers, or one NFA state visited (by an ε-closure or the nullable-rule
+/// fixpoint), over all the attempts of one compile (a grammar past [`GRAMMAR_AUTOMATON_BYTES`]
+/// is compiled again with fewer rules inlined, a JSON Schema's grammar is rendered again with
+/// counts expanded, then nested, then with its listed keys only, and each attempt redoes the
+/// work).
 ///
-/// The automaton bound charges a DFA state's bytes, but making it scans every edge of its
-/// NFA states once per byte class: a generated grammar of large NFA sets over ~60 classes
-/// took 16-20 million units (~130 ms in a test build) per attempt to reach that bound, and
-/// the ratio grows with the classes and the sets. The most a JSONSchemaBench grammar needs
-/// is 33.7 million (three attempts, two of which pass the automaton bound); past 48 million
-/// (~0.3 s in a test build) the grammar is refused while compiling.
+/// The automaton bound charges a DFA state's bytes, but making it reads its NFA states' edges
+/// and closes over what they reach: the most a JSONSchemaBench or SchemaStore grammar needs is
+/// 2.2 million units (all attempts); past 48 million the grammar is refused while compiling.
 pub const GRAMMAR_DETERMINIZE_WORK: u64 = 48_000_000;
 
-/// Work the grammar compiler's minimization may do, in units of one transition or call
-/// compared (every state's row and calls once per round of partition refinement).
+/// Work the grammar compiler's minimization may do, in units of one table entry read or one
+/// transition or state marked by the partition refinement (O(m log n) for m transitions).
 ///
-/// A chain of n states (a long literal, an expanded count) takes n rounds, so the work is
-/// quadratic, and each round reads a row per state of one entry per byte class: 2 million
-/// state visits of a generated grammar with 55-63 byte classes were 88-128 million units,
-/// ~150 ms in a test build (counted as state visits, they were within the old bound). Past
-/// this bound (~35 ms there) the determinized automaton is used as it is (the same language,
-/// with duplicate states, already within [`GRAMMAR_AUTOMATON_BYTES`]); the most a
-/// JSONSchemaBench grammar needs is 13.8 million.
+/// Past this bound the determinized automaton is used as it is (the same language, with
+/// duplicate states, already within [`GRAMMAR_AUTOMATON_BYTES`]); the most a JSONSchemaBench
+/// or SchemaStore grammar needs is 0.4 million (Moore's rounds, before, took up to 13.8
+/// million: one round per state of the longest chain).
 pub const GRAMMAR_MINIMIZE_WORK: usize = 32_000_000;
 
 /// Parenthesis nesting depth in a `guided_grammar` (the parser recurses on groups).
