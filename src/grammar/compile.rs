@@ -16,7 +16,7 @@
 //!    ([`Grammar::expansions`]), so stepping a frame by a byte never searches the grammar.
 
 use super::parse::{Ast, Expr};
-use super::{BitSet256, Counter, Expansion, Grammar, GrammarError, COUNTER_HORIZON, NONE, SLOW};
+use super::{BitSet256, Counter, Grammar, GrammarError, COUNTER_HORIZON, NONE, SLOW};
 use crate::limits::Limits;
 use regex_syntax::utf8::Utf8Sequences;
 use rustc_hash::FxHashMap as HashMap;
@@ -281,30 +281,52 @@ fn compile_with(
     limits: &Limits,
 ) -> Result<Grammar, GrammarError> {
     let max_bytes = limits.grammar_automaton_bytes;
-    let too_big = |rule: &str| too_big(rule, max_bytes);
     let before = *spent;
     let n_rules = ast.rules.len();
+    // Inlining is only worth it while the copies stay small: an attempt with rules inlined
+    // stops as soon as its NFA takes a quarter of the automaton bound, before determinizing.
+    // On JSONSchemaBench and SchemaStore, every first attempt (INLINE_SIZE) that compiled had
+    // an NFA of at most 211 KiB, and 593 of the 817 that passed the bound only after
+    // determinizing (~3-15 ms each) had one over 256 KiB; of the second attempts that
+    // compiled, one had more (460 KiB), and now compiles without inlining.
+    let inlining = inline.iter().any(|&i| i);
+    let nfa_bytes = if inlining {
+        max_bytes / INLINED_NFA_SHARE
+    } else {
+        max_bytes
+    };
+    let nfa_too_big = |rule: &str| {
+        if inlining {
+            GrammarError::limit_no_pos(format!(
+                "inlining its rules takes more than {nfa_bytes} bytes of NFA, a quarter of the \
+                 {max_bytes}-byte automaton limit (while compiling rule `{rule}`)"
+            ))
+        } else {
+            too_big(rule, max_bytes)
+        }
+    };
     let mut nfa = Nfa {
         states: Vec::new(),
         bytes_used: 0,
         rules: &ast.rules,
         inline,
-        max_bytes,
+        max_bytes: nfa_bytes,
     };
     let mut nstart = Vec::with_capacity(n_rules);
     let mut nend = Vec::with_capacity(n_rules);
     for (rule, counted) in ast.rules.iter().zip(counted) {
-        let s = nfa.add().map_err(|_| too_big(&rule.name))?;
+        let s = nfa.add().map_err(|_| nfa_too_big(&rule.name))?;
         let e = match counted {
             // Only for nullability and the calls before a first byte: the rule's DFA is
             // the counter's phases, made below.
             Some(c) => nfa.counter_stand_in(c, s),
             None => nfa.build(&rule.body, s),
         }
-        .map_err(|_| too_big(&rule.name))?;
+        .map_err(|_| nfa_too_big(&rule.name))?;
         nstart.push(s);
         nend.push(e);
     }
+    let too_big = |rule: &str| too_big(rule, max_bytes);
 
     // Byte classes: bytes that no edge distinguishes share a class.
     let mut boundary = [false; 257];
@@ -1115,6 +1137,9 @@ fn counter_phases(c: &Counted, base: u32) -> (Counter, Vec<u32>) {
 /// Rules at most this big (NFA states, estimated) are inlined where they are used.
 const INLINE_SIZE: usize = 400;
 
+/// An attempt with rules inlined stops when its NFA passes this share of the automaton bound.
+const INLINED_NFA_SHARE: usize = 4;
+
 /// The inlining bound when inlining at [`INLINE_SIZE`] passes the automaton limit: a JSON
 /// string character with its escapes (~30) stays inlined, a 150-state array item copied 38
 /// times into blocks does not (inlined, that compile took 660 ms instead of 11).
@@ -1316,83 +1341,87 @@ fn check_left_recursion(
 
 /// Fills `exp_base`, `exp_ranges`, `entries` and `pushes`: for every state with calls and every
 /// byte class, the (pushed return states, new top state) pairs that byte leads to through
-/// calls. Calls before the first byte form a DAG (no left recursion), so a memoized
-/// depth-first pass over the call starts terminates.
+/// calls. Calls before the first byte form a DAG (no left recursion), so a depth-first pass
+/// over the call starts terminates, each callee's rows written before its callers read them.
+/// Rows go straight into the final tables: a vector per expansion, cloned into every caller,
+/// was ~15 % of a schema grammar's compile (o9944, 2.4 ms).
 fn build_expansions(
     g: &mut Grammar,
     ast: &Ast,
     mut used: usize,
     max_bytes: usize,
 ) -> Result<(), GrammarError> {
-    let n = g.accepting.len();
-    // Per state with calls: per class, the list of (pushes, final).
-    let mut memo: Vec<Option<Vec<Vec<Expansion>>>> = vec![None; n];
-    fn expand(
-        g: &Grammar,
-        s: usize,
-        memo: &mut Vec<Option<Vec<Vec<Expansion>>>>,
+    /// Adds `(top, [ret] ++ pushes[inner])` to the row that starts at entry `from`, unless it
+    /// is there already (two callees may return to the same state).
+    fn add(
+        g: &mut Grammar,
+        from: usize,
+        ret: u32,
+        inner: (u32, u32),
+        top: u32,
         used: &mut usize,
         max_bytes: usize,
     ) -> Result<(), ()> {
-        if memo[s].is_some() {
+        let (p, len) = (inner.0 as usize, inner.1 as usize);
+        let duplicate = g.entries[from..].iter().any(|&(t, q, l)| {
+            let q = q as usize;
+            t == top
+                && l as usize == len + 1
+                && g.pushes[q] == ret
+                && g.pushes[q + 1..q + 1 + len] == g.pushes[p..p + len]
+        });
+        if duplicate {
+            return Ok(());
+        }
+        *used += 12 + (len + 1) * 4;
+        if *used > max_bytes {
+            return Err(());
+        }
+        let at = g.pushes.len() as u32;
+        g.pushes.push(ret);
+        g.pushes.extend_from_within(p..p + len);
+        g.entries.push((top, at, len as u32 + 1));
+        Ok(())
+    }
+    fn expand(g: &mut Grammar, s: usize, used: &mut usize, max_bytes: usize) -> Result<(), ()> {
+        if g.exp_base[s] != NONE {
             return Ok(());
         }
         let (a, b) = (g.call_off[s] as usize, g.call_off[s + 1] as usize);
-        let mut table: Vec<Vec<Expansion>> = vec![Vec::new(); g.stride];
         for k in a..b {
-            let (callee, ret) = g.call_edges[k];
-            let cs = g.call_start[callee as usize] as usize;
-            let has_calls = g.call_off[cs] < g.call_off[cs + 1];
-            if has_calls {
-                expand(g, cs, memo, used, max_bytes)?;
-            }
-            for (c, slot) in table.iter_mut().enumerate() {
-                let direct = g.trans[cs * g.stride + c];
-                let mut add = |pushes: Vec<u32>, top: u32, used: &mut usize| -> Result<(), ()> {
-                    let e = Expansion { pushes, top };
-                    if !slot.contains(&e) {
-                        *used += 12 + e.pushes.len() * 4;
-                        if *used > max_bytes {
-                            return Err(());
-                        }
-                        slot.push(e);
-                    }
-                    Ok(())
-                };
-                if direct != NONE {
-                    add(vec![ret], direct, used)?;
-                }
-                if has_calls {
-                    let inner = memo[cs].as_ref().expect("expanded")[c].clone();
-                    for e in inner {
-                        let mut pushes = Vec::with_capacity(e.pushes.len() + 1);
-                        pushes.push(ret);
-                        pushes.extend_from_slice(&e.pushes);
-                        add(pushes, e.top, used)?;
-                    }
-                }
+            let cs = g.call_start[g.call_edges[k].0 as usize] as usize;
+            if g.call_off[cs] < g.call_off[cs + 1] {
+                expand(g, cs, used, max_bytes)?;
             }
         }
-        memo[s] = Some(table);
+        let base = (g.exp_ranges.len() / g.stride) as u32;
+        for c in 0..g.stride {
+            let from = g.entries.len();
+            for k in a..b {
+                let (callee, ret) = g.call_edges[k];
+                let cs = g.call_start[callee as usize] as usize;
+                let direct = g.trans[cs * g.stride + c];
+                if direct != NONE {
+                    add(g, from, ret, (0, 0), direct, used, max_bytes)?;
+                }
+                let inner = g.exp_base[cs];
+                if inner != NONE {
+                    let (ia, iz) = g.exp_ranges[inner as usize * g.stride + c];
+                    for i in ia..iz {
+                        let (top, p, len) = g.entries[i as usize];
+                        add(g, from, ret, (p, len), top, used, max_bytes)?;
+                    }
+                }
+            }
+            g.exp_ranges.push((from as u32, g.entries.len() as u32));
+        }
+        g.exp_base[s] = base;
         Ok(())
     }
-    for s in 0..n {
+    for s in 0..g.accepting.len() {
         if g.call_off[s] < g.call_off[s + 1] {
-            expand(g, s, &mut memo, &mut used, max_bytes)
+            expand(g, s, &mut used, max_bytes)
                 .map_err(|_| too_big(&ast.rules[g.rule_of[s] as usize].name, max_bytes))?;
-        }
-    }
-    for (s, table) in memo.into_iter().enumerate() {
-        let Some(table) = table else { continue };
-        g.exp_base[s] = (g.exp_ranges.len() / g.stride) as u32;
-        for list in table {
-            let from = g.entries.len() as u32;
-            for e in list {
-                let p = g.pushes.len() as u32;
-                g.pushes.extend_from_slice(&e.pushes);
-                g.entries.push((e.top, p, e.pushes.len() as u32));
-            }
-            g.exp_ranges.push((from, g.entries.len() as u32));
         }
     }
     Ok(())

@@ -102,13 +102,6 @@ impl BitSet256 {
     }
 }
 
-/// Calls a byte leads to from a state: push these return states, then `top`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Expansion {
-    pub pushes: Vec<u32>,
-    pub top: u32,
-}
-
 /// A grammar error before it is named: where (a byte offset), what, and whether a limit.
 #[derive(Debug)]
 pub(crate) struct GrammarError {
