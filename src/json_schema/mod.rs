@@ -196,8 +196,10 @@ pub struct SchemaOptions {
     /// now). Extra keys cost generations: with them, the reference model (SmolLM2-135M)
     /// answered the spec's own character schema with invented keys until `max_tokens`, in
     /// both choices, and a forced tool call the same way; forbidding them is what most
-    /// engines do by default. The default turns to `true` once a reply that reaches
-    /// `max_tokens` is closed validly (issue 25).
+    /// engines do by default. And their free-form values need the grammar engine: over
+    /// JSONSchemaBench and SchemaStore, compile p50 3.1 ms against 0.27 ms. The default turns
+    /// to `true` once a reply that reaches `max_tokens` is closed validly (issue 25) and the
+    /// grammar is built lazily.
     pub extra_keys: bool,
 }
 
