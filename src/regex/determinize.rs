@@ -291,9 +291,16 @@ pub(super) fn determinize(
             }
         }
         accepting.push(accepts);
-        for bucket in &buckets {
+        for (c, bucket) in buckets.iter().enumerate() {
             if bucket.is_empty() {
                 trans.push(NONE);
+                continue;
+            }
+            if c > 0 && *bucket == buckets[c - 1] {
+                // Neighbouring classes one range covers reach the same set: one closure
+                // (`.*[a-zA-Z0-9_-]{162}.*`, o40228: the closures were ~50 % of 28 ms).
+                let same = *trans.last().expect("the previous class's entry");
+                trans.push(same);
                 continue;
             }
             closure(nfa, bucket, &mut seen, &mut stack, &mut set);
