@@ -828,17 +828,17 @@ impl Trie {
             if s == dead {
                 return false;
             }
-            let Some((&(lo, hi), more)) = ranges.split_first() else {
+            if ranges.is_empty() {
                 if !out.contains(&s) {
                     out.push(s);
                 }
                 return out.len() <= ENDS;
-            };
+            }
             if ranges.iter().all(|&r| r == CONTINUATION) {
                 let key = (s, ranges.len());
                 if !memo.contains_key(&key) {
                     let mut own = Vec::new();
-                    let ok = walk(s, dead, lo, hi, more, next, class, &mut own, memo);
+                    let ok = walk(s, dead, ranges, next, class, &mut own, memo);
                     memo.insert(key, ok.then_some(own));
                 }
                 let Some(reached) = &memo[&key] else {
@@ -851,21 +851,19 @@ impl Trie {
                 }
                 return out.len() <= ENDS;
             }
-            walk(s, dead, lo, hi, more, next, class, out, memo)
+            walk(s, dead, ranges, next, class, out, memo)
         }
-        /// [`ends`] over the first range's bytes, one per class.
-        #[allow(clippy::too_many_arguments)]
+        /// [`ends`] over the first range's bytes (`ranges` is not empty), one per class.
         fn walk(
             s: u32,
             dead: u32,
-            lo: u8,
-            hi: u8,
-            more: &[(u8, u8)],
+            ranges: &[(u8, u8)],
             next: &impl Fn(u32, u8) -> u32,
             class: &impl Fn(u8) -> u8,
             out: &mut Vec<u32>,
             memo: &mut Continuations,
         ) -> bool {
+            let ((lo, hi), more) = (ranges[0], &ranges[1..]);
             let mut classes = [0u64; 4];
             (lo..=hi).all(|b| {
                 let c = usize::from(class(b));
