@@ -50,6 +50,7 @@
 //! ```
 
 use crate::choice::{self, json_kind};
+use crate::closing::{DfaClosing, GrammarClosing};
 use crate::error::{Error, Result};
 use crate::grammar::{self, Grammar};
 use crate::json_schema::{JsonSchema, SchemaOptions};
@@ -120,6 +121,15 @@ impl Spec {
 
     /// [`Spec::from_request`] with text sizes bounded by `limits` instead of the defaults.
     pub fn from_request_with(body: &Value, limits: &Limits) -> Result<Option<Spec>> {
+        Ok(Self::all_from_request_with(body, limits)?
+            .into_iter()
+            .next())
+    }
+
+    /// Every constraint field the request carries, highest precedence first (the first is
+    /// [`Spec::from_request_with`]'s); each is read and size-checked, so a field that loses
+    /// precedence is still a 400 when it is invalid. `response_format` `text` is no entry.
+    pub fn all_from_request_with(body: &Value, limits: &Limits) -> Result<Vec<Spec>> {
         let obj = body.as_object().ok_or_else(|| {
             Error::invalid_input(format!(
                 "the request body must be a JSON object, got {}",
@@ -128,8 +138,9 @@ impl Spec {
         })?;
         let field = |k: &str| obj.get(k).filter(|v| !v.is_null());
         let options = schema_options(body)?;
+        let mut specs = Vec::new();
         if let Some(v) = field("guided_choice") {
-            return Ok(Some(Spec::Choice(choice::parse_with(v, limits)?)));
+            specs.push(Spec::Choice(choice::parse_with(v, limits)?));
         }
         if let Some(v) = field("guided_regex") {
             let pattern = v.as_str().ok_or_else(|| {
@@ -139,7 +150,7 @@ impl Spec {
                 ))
                 .with_param("guided_regex")
             })?;
-            return Ok(Some(Spec::Regex(pattern.to_owned())));
+            specs.push(Spec::Regex(pattern.to_owned()));
         }
         if let Some(v) = field("guided_grammar") {
             let grammar = v.as_str().ok_or_else(|| {
@@ -150,41 +161,40 @@ impl Spec {
                 .with_param("guided_grammar")
             })?;
             check_size("guided_grammar", grammar.len(), limits.grammar_bytes)?;
-            return Ok(Some(Spec::Grammar(grammar.to_owned())));
+            specs.push(Spec::Grammar(grammar.to_owned()));
         }
         if let Some(v) = field("guided_json") {
             check_size("guided_json", schema_len(v), limits.schema_bytes)?;
-            return Ok(Some(Spec::Json {
+            specs.push(Spec::Json {
                 schema: v.clone(),
                 field: "guided_json",
                 options,
-            }));
+            });
         }
         if let Some(v) = field("response_format") {
             let invalid = |m: String| Error::invalid_input(m).with_param("response_format");
-            let ty = v.get("type").and_then(Value::as_str);
-            return match ty {
-                Some("text") => Ok(None),
-                Some("json_object") => Ok(Some(Spec::JsonObject)),
+            match v.get("type").and_then(Value::as_str) {
+                Some("text") => {}
+                Some("json_object") => specs.push(Spec::JsonObject),
                 Some("json_schema") => {
                     let schema = v.pointer("/json_schema/schema").ok_or_else(|| {
                         invalid("response_format json_schema needs json_schema.schema".into())
                     })?;
                     check_size("response_format", schema_len(schema), limits.schema_bytes)?;
                     // `name` and `strict` are accepted and ignored.
-                    Ok(Some(Spec::Json {
+                    specs.push(Spec::Json {
                         schema: schema.clone(),
                         field: "response_format",
                         options,
-                    }))
+                    });
                 }
-                _ => Err(invalid(format!(
+                _ => return Err(invalid(format!(
                     "response_format.type must be \"text\", \"json_object\" or \"json_schema\", got {}",
                     v.get("type").map_or("nothing".into(), |t| t.to_string())
                 ))),
-            };
+            }
         }
-        Ok(None)
+        Ok(specs)
     }
 
     /// A short name of the kind: `"choice"`, `"regex"`, `"grammar"`, `"json"` or
@@ -273,6 +283,17 @@ pub struct Constraint {
     /// [`RUN_WRITING`] while the first writer stores `len`) published after `len`.
     run_groups: Vec<AtomicU64>,
     run_lens: Vec<AtomicU8>,
+    /// Shortest completions per automaton state ([`crate::closing`]), built on first use.
+    closing: OnceLock<Closing>,
+}
+
+/// A constraint's shortest-completion table.
+#[derive(Debug)]
+enum Closing {
+    Dfa(DfaClosing),
+    Grammar(GrammarClosing),
+    /// `json_object` needs none: its lexer has one, built once per process.
+    Json,
 }
 
 /// Not a [`Run`]'s groups: those never have [`Trie::GROUP_BAD`] set.
@@ -316,6 +337,7 @@ impl Constraint {
             cached_bytes: AtomicUsize::new(0),
             run_groups: Vec::new(),
             run_lens: Vec::new(),
+            closing: OnceLock::new(),
         }
     }
 
@@ -344,6 +366,50 @@ impl Constraint {
     /// [`Constraint::from_spec`] under `limits`.
     pub fn from_spec_with(spec: &Spec, vocab: Arc<Vocabulary>, limits: &Limits) -> Result<Self> {
         Ok(Self::from_compiled(spec.compile_with(limits)?, vocab))
+    }
+
+    /// The shortest-completion table, built on first use (linear in the automaton).
+    fn closing(&self) -> &Closing {
+        self.closing.get_or_init(|| match &self.engine {
+            Engine::Dfa(dfa) => Closing::Dfa(DfaClosing::new(dfa)),
+            Engine::Grammar(index) => Closing::Grammar(GrammarClosing::new(index.grammar())),
+            Engine::Json(_) => Closing::Json,
+        })
+    }
+
+    /// Heap bytes of the automaton's tables (the DFA, or the grammar's; `json_object`'s lexer
+    /// is shared by the process).
+    pub fn automaton_memory(&self) -> usize {
+        match &self.engine {
+            Engine::Dfa(dfa) => dfa.memory_usage(),
+            Engine::Grammar(index) => index.grammar().memory_usage(),
+            Engine::Json(_) => 0,
+        }
+    }
+
+    /// Heap bytes of the shortest-completion table (0 until something needed it).
+    pub fn closing_memory(&self) -> usize {
+        match self.closing.get() {
+            Some(Closing::Dfa(c)) => c.memory_usage(),
+            Some(Closing::Grammar(c)) => c.memory_usage(),
+            _ => 0,
+        }
+    }
+
+    /// Refuses, as a 400 naming `param`, a constraint that no token of this vocabulary can
+    /// begin: its first mask is empty, so the first step could only fail. The mask is the one
+    /// the first step would compute, and stays cached for it.
+    pub fn check_first_mask(self: &Arc<Self>, param: &'static str) -> Result<()> {
+        let mut words = vec![0u32; self.words];
+        Matcher::new(self.clone()).fill_mask(&mut words)?;
+        if words.iter().all(|&w| w == 0) {
+            return Err(Error::invalid_input(format!(
+                "{param}: no token of this model's vocabulary ({} tokens) can begin an output the constraint accepts",
+                self.vocab.len()
+            ))
+            .with_param(param));
+        }
+        Ok(())
     }
 
     /// The automaton, for a DFA constraint (choice, regex, JSON Schema); `None` for the
@@ -721,6 +787,51 @@ impl Matcher {
             .expect("every accepted token can be rolled back");
     }
 
+    /// The length in bytes of a shortest string that completes the output (0 when it is
+    /// complete), or `None` when nothing can (after end-of-sequence). Cheap: a table lookup
+    /// per stack frame.
+    pub fn closing_len(&self) -> Option<u64> {
+        let state = self.state();
+        if state == FINISHED {
+            return None;
+        }
+        match (
+            self.constraint.closing(),
+            &self.constraint.engine,
+            &self.parse,
+        ) {
+            (Closing::Dfa(c), Engine::Dfa(dfa), _) => c.len(dfa, state),
+            (Closing::Grammar(c), Engine::Grammar(index), Parse::Grammar(p)) => {
+                p.closing_len(index.grammar(), c)
+            }
+            (Closing::Json, _, Parse::Json(p)) => Some(p.closing_len()),
+            _ => None,
+        }
+    }
+
+    /// A shortest string that completes the output ([`Matcher::closing_len`] bytes), when it
+    /// is at most `cap` bytes long.
+    pub fn closing_bytes(&self, cap: usize) -> Option<Vec<u8>> {
+        let state = self.state();
+        if state == FINISHED {
+            return None;
+        }
+        match (
+            self.constraint.closing(),
+            &self.constraint.engine,
+            &self.parse,
+        ) {
+            (Closing::Dfa(c), Engine::Dfa(dfa), _) => c.bytes(dfa, state, cap),
+            (Closing::Grammar(c), Engine::Grammar(index), Parse::Grammar(p)) => {
+                p.closing_bytes(index.grammar(), c, cap)
+            }
+            (Closing::Json, _, Parse::Json(p)) => {
+                Some(p.closing_bytes()).filter(|b| b.len() <= cap)
+            }
+            _ => None,
+        }
+    }
+
     /// The bytes that must come next, whatever tokens produce them: the longest run of bytes
     /// each of which is the only one that keeps the output alive, stopping where the output
     /// could end. Empty when the next byte is not forced.
@@ -833,6 +944,75 @@ mod tests {
         .compile()
         .unwrap_err();
         assert_eq!(err.param(), Some("response_format"));
+    }
+
+    #[test]
+    fn every_present_field_is_read_in_precedence_order() {
+        let body = json!({
+            "response_format": {"type": "json_object"},
+            "guided_json": {"type": "integer"},
+            "guided_grammar": "root ::= \"g\"",
+            "guided_regex": "r",
+            "guided_choice": ["c"],
+        });
+        let params: Vec<&str> = Spec::all_from_request_with(&body, &Limits::DEFAULT)
+            .unwrap()
+            .iter()
+            .map(Spec::param)
+            .collect();
+        assert_eq!(
+            params,
+            [
+                "guided_choice",
+                "guided_regex",
+                "guided_grammar",
+                "guided_json",
+                "response_format"
+            ]
+        );
+        // A malformed field below the winner is still an error naming it.
+        let err = spec(json!({"guided_choice": ["c"], "guided_grammar": 5})).unwrap_err();
+        assert_eq!(err.param(), Some("guided_grammar"));
+        let err =
+            spec(json!({"guided_regex": "r", "response_format": {"type": "xml"}})).unwrap_err();
+        assert_eq!(err.param(), Some("response_format"));
+        let none = json!({"response_format": {"type": "text"}});
+        assert!(Spec::all_from_request_with(&none, &Limits::DEFAULT)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn a_constraint_no_token_can_begin_is_refused_up_front() {
+        let vocab = Arc::new(
+            Vocabulary::new(
+                vec![b"a".to_vec(), b"b".to_vec(), b"</s>".to_vec()],
+                vec![2],
+            )
+            .unwrap(),
+        );
+        let refused = [
+            Spec::Regex("c+".into()),
+            Spec::Choice(vec!["cat".into(), "dog".into()]),
+            Spec::Grammar("root ::= \"x\" [ab]*".into()),
+            Spec::JsonObject,
+        ];
+        for spec in &refused {
+            let c = Arc::new(Constraint::from_spec(spec, vocab.clone()).unwrap());
+            let err = c.check_first_mask(spec.param()).unwrap_err();
+            assert_eq!(err.param(), Some(spec.param()), "{spec:?}");
+            assert!(err.is_client_error(), "{spec:?}");
+            assert!(err.message().contains("no token"), "{err}");
+        }
+        // One token can begin these (the empty output counts: end-of-sequence).
+        for spec in [
+            Spec::Regex("c|a".into()),
+            Spec::Regex("c?".into()),
+            Spec::Grammar("root ::= [ab]+".into()),
+        ] {
+            let c = Arc::new(Constraint::from_spec(&spec, vocab.clone()).unwrap());
+            c.check_first_mask(spec.param()).unwrap();
+        }
     }
 
     #[test]

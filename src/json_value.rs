@@ -277,6 +277,48 @@ fn accepting(st: u8) -> bool {
         }
 }
 
+/// Per lexer state, a shortest byte string that completes what is being written and then
+/// closes the innermost container (its `}` or `]` last), or at the top level ends the value:
+/// the close of a `json_object` output about to reach `max_tokens`. Built once per process
+/// by relaxing the ~200 states over their byte moves until nothing shortens (a few rounds).
+fn close_table() -> &'static [Vec<u8>] {
+    static CLOSE: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    CLOSE.get_or_init(|| {
+        let table = table();
+        let mut close: Vec<Option<Vec<u8>>> = (0..STATES as u8)
+            .map(|st| (st % 3 == TOP && accepting(st)).then(Vec::new))
+            .collect();
+        loop {
+            let mut changed = false;
+            for st in 0..STATES {
+                // Readable bytes first, so ties go to them.
+                for b in (b'0'..=b'9').chain(b' '..=b'~').chain(0..=255u8) {
+                    let m = table[st * 256 + usize::from(b)];
+                    let candidate = match m.kind() {
+                        K_POP => Some(vec![b]),
+                        K_NEXT if !m.ws() => close[usize::from(m.to())].as_ref().map(|rest| {
+                            let mut v = vec![b];
+                            v.extend_from_slice(rest);
+                            v
+                        }),
+                        _ => None,
+                    };
+                    if let Some(c) = candidate {
+                        if close[st].as_ref().is_none_or(|old| c.len() < old.len()) {
+                            close[st] = Some(c);
+                            changed = true;
+                        }
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        close.into_iter().map(Option::unwrap_or_default).collect()
+    })
+}
+
 /// A lexer position over a stack: the state, the whitespace run, how much of the real stack
 /// is still there, and the top of the pushed part (`NO_LOCAL` when nothing was pushed).
 #[derive(Debug, Clone, Copy)]
@@ -453,6 +495,29 @@ impl Parse {
             self.st = st;
             self.ws = ws;
         }
+    }
+
+    /// The length of a shortest completion ([`Parse::closing_bytes`]), without writing it.
+    pub(crate) fn closing_len(&self) -> u64 {
+        let close = close_table();
+        let inner = close[usize::from(self.st)].len();
+        let outer: usize = self
+            .stack
+            .iter()
+            .map(|&e| close[usize::from(after(e))].len())
+            .sum();
+        (inner + outer) as u64
+    }
+
+    /// A shortest string that makes the output one complete value: what the current item
+    /// needs, then each open container's closer.
+    pub(crate) fn closing_bytes(&self) -> Vec<u8> {
+        let close = close_table();
+        let mut out = close[usize::from(self.st)].clone();
+        for &e in self.stack.iter().rev() {
+            out.extend_from_slice(&close[usize::from(after(e))]);
+        }
+        out
     }
 
     /// The bytes that must come next while the value is incomplete and only one byte fits

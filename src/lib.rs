@@ -23,6 +23,7 @@
 pub mod api;
 pub mod chat_template;
 pub mod choice;
+pub(crate) mod closing;
 pub mod constraint;
 pub mod error;
 pub mod gguf;

@@ -301,9 +301,47 @@ fn every_invalid_request_is_a_400_naming_its_field() {
         (chat(json!({"tool_choice": "required"})), "tool_choice", ""),
         (
             chat(
-                json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"$ref": "http://x/y"}}}}}]}),
+                json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"$ref": "http://x/y"}}}}}],
+                    "tool_choice": "required"}),
             ),
             "tools",
+            "",
+        ),
+        // A field that loses precedence is compiled all the same: invalid, it is the 400.
+        (
+            chat(json!({"guided_choice": ["a"], "guided_regex": "(a"})),
+            "guided_regex",
+            "",
+        ),
+        (
+            chat(json!({"guided_regex": "a", "guided_grammar": "root ::= foo"})),
+            "guided_grammar",
+            "",
+        ),
+        (
+            chat(json!({"guided_regex": "a", "guided_json": {"$ref": "#/$defs/missing"}})),
+            "guided_json",
+            "",
+        ),
+        (
+            chat(
+                json!({"guided_json": {"type": "integer"}, "response_format": {"type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": true}}}}),
+            ),
+            "response_format",
+            "",
+        ),
+        (
+            chat(json!({"guided_choice": ["a"], "response_format": {"type": "json_schema"}})),
+            "response_format",
+            "",
+        ),
+        // ... and so is every guided field under a forced tool call.
+        (
+            chat(
+                json!({"tools": tool, "tool_choice": "required", "guided_regex": "(a|b)*a(a|b){17}"}),
+            ),
+            "guided_regex",
             "",
         ),
         (
@@ -358,7 +396,8 @@ fn constraint_precedence_holds_for_every_pair() {
     ];
     for (i, (high, hv)) in fields.iter().enumerate() {
         for (low, lv) in &fields[i + 1..] {
-            let mut body = chat(json!({}));
+            // Room for a forced call's markup (60 tokens of this byte-level vocabulary).
+            let mut body = chat(json!({"max_tokens": 100}));
             body[*high] = hv.clone();
             body[*low] = lv.clone();
             body["tools"] = tools.clone();
@@ -621,6 +660,189 @@ fn unknown_fields_are_ignored_and_reported() {
         .any(|w| w.as_str().unwrap().contains("temprature")));
     let out = run_with(&chat(json!({"user": "u1", "model": "anything"})), None);
     assert!(out.response.get("warnings").is_none());
+}
+
+#[test]
+fn tool_schemas_matter_only_where_a_call_can_be_forced() {
+    // `uniqueItems` and a recursive model: schemas the compiler refuses.
+    let hard = json!({"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": true}}});
+    let recursive = json!({"$ref": "#/$defs/Node", "$defs": {"Node": {"type": "object",
+        "properties": {"next": {"$ref": "#/$defs/Node"}}}}});
+    let tools = json!([
+        {"type": "function", "function": {"name": "tag", "parameters": hard}},
+        {"type": "function", "function": {"name": "walk", "parameters": recursive}},
+        {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"]}}}
+    ]);
+    for choice in [json!("auto"), json!("none"), Value::Null] {
+        let body = chat(json!({"tools": tools, "tool_choice": choice}));
+        let out = run_with(&body, None);
+        let warnings: Vec<&str> = out.response["warnings"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{choice}: no warnings in {}", out.response))
+            .iter()
+            .map(|w| w.as_str().unwrap())
+            .collect();
+        assert_eq!(warnings.len(), 2, "{choice}: {warnings:?}");
+        assert!(warnings[0].starts_with("tools[0] `tag`"), "{warnings:?}");
+        assert!(warnings[0].contains("uniqueItems"), "{warnings:?}");
+        assert!(warnings[1].starts_with("tools[1] `walk`"), "{warnings:?}");
+    }
+    // Forcing the good tool by name compiles only its schema: no error, no warning.
+    let named = chat(json!({"tools": tools, "max_tokens": 200, "seed": 3,
+        "tool_choice": {"type": "function", "function": {"name": "add"}}}));
+    let out = run_with(&named, None);
+    assert!(out.response.get("warnings").is_none(), "{}", out.response);
+    // A named function is exactly one call, parallel_tool_calls left at its default (true).
+    let calls = out.response["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no call in {}", out.response));
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["function"]["name"], "add");
+    // Forcing a tool whose schema the compiler refuses is the 400 it always was.
+    for choice in [
+        json!("required"),
+        json!({"type": "function", "function": {"name": "tag"}}),
+    ] {
+        let body = chat(json!({"tools": tools, "tool_choice": choice}));
+        let err = new_run(&body)
+            .err()
+            .unwrap_or_else(|| panic!("{choice} was accepted"));
+        assert_eq!(err.param(), Some("tools"), "{choice}: {err}");
+        assert!(err.message().contains("uniqueItems"), "{choice}: {err}");
+    }
+}
+
+/// Every constraint kind, on a random-weights model (its outputs run long: the worst case for
+/// closing in time), over every small max_tokens: each reply is complete and in the
+/// constraint's language, or the request is refused up front because max_tokens is below the
+/// shortest output; and once one max_tokens succeeds, every larger one does.
+#[test]
+fn constrained_replies_close_within_any_max_tokens() {
+    use poot::constraint::{Compiled, Spec};
+    let tools = json!([{"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string", "minLength": 3}},
+        "required": ["a", "b"], "additionalProperties": false}}}]);
+    let kinds: Vec<(&str, Value)> = vec![
+        (
+            "choice",
+            json!({"guided_choice": ["a rather long answer", "no"]}),
+        ),
+        (
+            "regex",
+            json!({"guided_regex": "[a-z]{3,20}@[a-z]{2,10}\\.(com|org)"}),
+        ),
+        (
+            "grammar",
+            json!({"guided_grammar": "root ::= list\nlist ::= \"[\" (item (\",\" item)*)? \"]\"\nitem ::= list | [0-9]+ | \"\\\"\" [a-z]* \"\\\"\""}),
+        ),
+        (
+            "json (DFA)",
+            json!({"guided_json": {"type": "object", "properties": {
+            "name": {"type": "string", "minLength": 2}, "tags": {"type": "array", "items": {"enum": ["x", "yy"]}, "minItems": 1},
+            "n": {"type": "integer", "minimum": 10}}, "required": ["name", "tags", "n"], "additionalProperties": false}}),
+        ),
+        (
+            "json (grammar)",
+            json!({"guided_json": {"type": "object", "properties": {
+            "meta": {"type": "object"}, "id": {"type": "string", "minLength": 12}}, "required": ["meta", "id"]}}),
+        ),
+        (
+            "json_object",
+            json!({"response_format": {"type": "json_object"}}),
+        ),
+        ("tool", json!({"tools": tools, "tool_choice": "required"})),
+    ];
+    for (kind, fields) in &kinds {
+        let mut first_ok = None;
+        // A forced call's markup alone is some 50 bytes (tokens, in this vocabulary).
+        let most = if *kind == "tool" { 80 } else { 48 };
+        for max_tokens in 1..=most {
+            let mut body = chat(fields.clone());
+            body["max_tokens"] = max_tokens.into();
+            body["n"] = 2.into();
+            body["seed"] = (max_tokens as u64).into();
+            body["stream"] = (max_tokens % 2 == 0).into();
+            body["step_stats"] = true.into();
+            let run = match new_run(&body) {
+                Ok(run) => run,
+                Err(e) => {
+                    assert!(
+                        first_ok.is_none(),
+                        "{kind}: max_tokens {max_tokens} refused after {first_ok:?} ran: {e}"
+                    );
+                    assert_eq!(e.param(), Some("max_tokens"), "{kind}: {e}");
+                    assert!(e.message().contains("too few"), "{kind}: {e}");
+                    continue;
+                }
+            };
+            drop(run);
+            first_ok.get_or_insert(max_tokens);
+            let out = run_with(&body, None);
+            let usage = &out.response["usage"];
+            assert!(usage["completion_tokens"].as_u64().unwrap() <= 2 * max_tokens as u64);
+            for i in 0..2 {
+                let choice = &out.response["choices"][i];
+                let text = if *kind == "tool" {
+                    let calls = choice["message"]["tool_calls"]
+                        .as_array()
+                        .unwrap_or_else(|| {
+                            panic!("{kind}: max_tokens {max_tokens}: no call in {choice}")
+                        });
+                    let args: Value =
+                        serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap())
+                            .unwrap();
+                    assert!(
+                        args["a"].is_i64() && args["b"].as_str().unwrap().chars().count() >= 3,
+                        "{args}"
+                    );
+                    continue;
+                } else {
+                    content(&out.response, i)
+                };
+                // The compiled constraint's own whole-string check (each engine's is tested
+                // against independent oracles elsewhere); serde_json too where it reads the
+                // value (it refuses numbers past f64, such as `6e29666`).
+                let spec = Spec::from_request(&body).unwrap().unwrap();
+                let compiled: Compiled = spec.compile().unwrap();
+                let ok = compiled.matches(text.as_bytes());
+                if *kind == "json_object" {
+                    if let Err(e) = serde_json::from_str::<Value>(&text) {
+                        assert!(e.to_string().contains("out of range"), "{text:?}: {e}");
+                    }
+                }
+                assert!(
+                    ok,
+                    "{kind}: max_tokens {max_tokens}, choice {i}: {text:?} ({})",
+                    choice["finish_reason"]
+                );
+                if body["stream"] == true {
+                    assert_eq!(streamed(&out.chunks, i), text, "{kind}: streamed text");
+                }
+            }
+            // A steered close says so: finish_reason length, counted in usage, marked steps.
+            let closes = usage
+                .get("forced_closes")
+                .map_or(0, |v| v.as_u64().unwrap());
+            let lengths = (0..2)
+                .filter(|&i| out.response["choices"][i]["finish_reason"] == "length")
+                .count() as u64;
+            assert!(
+                closes <= lengths,
+                "{kind}: {closes} closes, {lengths} lengths"
+            );
+            let marked = out.response["step_stats"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["closing"] == true);
+            assert_eq!(marked, closes > 0, "{kind}: max_tokens {max_tokens}");
+        }
+        let first_ok = first_ok.unwrap_or_else(|| panic!("{kind}: no max_tokens up to {most} ran"));
+        eprintln!("{kind}: every max_tokens from {first_ok} closes");
+    }
 }
 
 #[test]

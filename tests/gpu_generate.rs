@@ -161,6 +161,19 @@ fn generate_on_the_gpu_gives_the_cpus_outputs_and_constrained_ones_validate() {
                     && v.as_object().is_some_and(|o| o.len() == 2)
             }),
         ),
+        // max_tokens far below what random weights write into a free string: the device
+        // samples, and the run steers onto a shortest close in time (finish "length").
+        (
+            base(
+                json!({"guided_json": {"type": "object", "properties": {"s": {"type": "string"}},
+                "required": ["s"], "additionalProperties": false},
+                "max_tokens": 9, "temperature": 0.9, "seed": 10}),
+            ),
+            Box::new(|s| {
+                let v: Value = serde_json::from_str(s).unwrap_or(Value::Null);
+                v["s"].is_string() && v.as_object().is_some_and(|o| o.len() == 1)
+            }),
+        ),
     ];
     for (body, valid) in &cases {
         let (before_device, before_logits) = (gpu_backend.device_steps, gpu_backend.logit_steps);
@@ -175,9 +188,17 @@ fn generate_on_the_gpu_gives_the_cpus_outputs_and_constrained_ones_validate() {
             || body.get("guided_choice").is_some()
             || body.get("guided_json").is_some()
         {
+            // Complete either way: by itself ("stop"), or closed as max_tokens neared.
+            let closed = on_gpu["usage"]["forced_closes"] == 1;
+            assert!(
+                finish == "stop" || (finish == "length" && closed),
+                "{body}: the constrained output did not complete ({finish})"
+            );
             assert_eq!(
-                finish, "stop",
-                "{body}: the constrained output did not complete"
+                closed,
+                body["max_tokens"] == 9,
+                "{body}: {}",
+                on_gpu["usage"]
             );
         }
         assert!(valid(&text), "{body}: {text:?} does not validate");

@@ -208,9 +208,9 @@ fn schemas_with_automata_have_no_regex_but_a_grammar() {
     let compiled = JsonSchema::compile(&schema, "guided_json").unwrap();
     assert!(compiled.regex(usize::MAX).is_none());
     assert!(compiled.dfa().is_some());
-    let (gbnf, _) =
-        JsonSchema::gbnf_within(&schema, "tools", &Limits::DEFAULT, SchemaOptions::DEFAULT)
-            .unwrap();
+    let gbnf = JsonSchema::gbnf_within(&schema, "tools", &Limits::DEFAULT, SchemaOptions::DEFAULT)
+        .0
+        .unwrap();
     let g = Grammar::new(&gbnf).unwrap();
     for (text, ok) in [
         (r#"{"id":"ab","n":14}"#, true),

@@ -7,6 +7,9 @@
 //! must be refused as not allowed. A `limit_exceeded` after compiling is the failure this
 //! test exists for: the request would already have had its 200.
 //!
+//! Beside it, every compiled schema's shortest completions are followed token by token from
+//! points along a random walk (the path a run takes when `max_tokens` is near).
+//!
 //! Needs `POOT_REFERENCE_GGUF` (as `tests/constraint_reference_vocab.rs`; `make test` sets it).
 
 mod json_schema_support;
@@ -42,6 +45,82 @@ fn grammar_backed_corpus_schemas_never_exceed_a_step_budget() {
 #[test]
 fn grammar_backed_corpus_schemas_with_extra_keys_never_exceed_a_step_budget() {
     walk_corpus(SchemaOptions { extra_keys: true }, 3000);
+}
+
+/// The length-safe close on every schema of both corpora that compiles (DFA- and grammar-
+/// backed): at points along a random walk, the shortest completion split into the fewest
+/// tokens is a path of allowed tokens that ends on a complete output, and its length is the
+/// one the matcher reports. A run about to reach `max_tokens` follows exactly such a path.
+#[test]
+fn every_corpus_schema_closes_along_allowed_tokens() {
+    let vocab = reference_vocab();
+    let words = vocab.len().div_ceil(32);
+    let mut rng = Rng(25);
+    let (mut schemas, mut closes, mut close_tokens) = (0usize, 0usize, 0usize);
+    let mut failures = Vec::new();
+    for (name, file) in jsonschemabench().into_iter().chain(schemastore()) {
+        let Ok(compiled) = JsonSchema::compile(&file["schema"], "guided_json") else {
+            continue;
+        };
+        schemas += 1;
+        let constraint = Arc::new(Constraint::from_compiled(
+            compiled.into_automaton(),
+            vocab.clone(),
+        ));
+        let mut m = Matcher::new(constraint.clone());
+        let mut text = Vec::new();
+        let mut mask = vec![0u32; words];
+        for step in 0..=16 {
+            if step % 4 == 0 {
+                let close = m.closing_len().and_then(|len| {
+                    m.closing_bytes(len as usize)
+                        .filter(|b| b.len() as u64 == len)
+                });
+                let Some(close) = close else {
+                    failures.push(format!("{name}: no close after {text:?}"));
+                    break;
+                };
+                let Some(path) = vocab.fewest_tokens(&close) else {
+                    failures.push(format!("{name}: {close:?} has no split into tokens"));
+                    break;
+                };
+                let mut end = m.clone();
+                if let Some(e) = path.iter().find_map(|&t| end.advance(t).err()) {
+                    failures.push(format!("{name}: closing {close:?} after {text:?}: {e}"));
+                    break;
+                }
+                if !end.is_accepting() {
+                    failures.push(format!(
+                        "{name}: {close:?} after {text:?} does not complete"
+                    ));
+                    break;
+                }
+                closes += 1;
+                close_tokens += path.len();
+            }
+            if m.fill_mask(&mut mask).is_err() {
+                break;
+            }
+            let allowed: Vec<u32> = (0..vocab.len() as u32)
+                .filter(|&t| mask[t as usize / 32] >> (t % 32) & 1 == 1)
+                .filter(|&t| vocab.is_text(t))
+                .collect();
+            if allowed.is_empty() {
+                break;
+            }
+            let token = allowed[rng.below(allowed.len())];
+            m.advance(token).expect("an allowed token");
+            text.extend_from_slice(vocab.bytes(token));
+        }
+    }
+    eprintln!("{schemas} schemas, {closes} closes checked, {close_tokens} tokens along them");
+    assert!(schemas > 5000, "only {schemas} schemas compiled");
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures[..failures.len().min(20)].join("\n")
+    );
 }
 
 /// Walks every grammar-backed schema of both corpora compiled with `options`; at least

@@ -31,6 +31,12 @@ export interface CompletionUsage {
     rejected_prediction_tokens?: number;
   };
   prompt_tokens_details?: { audio_tokens?: number; cached_tokens?: number };
+  /**
+   * A poot extension, present when not 0: the choices whose constrained output was steered
+   * onto a shortest completion as `max_tokens` neared. Their content is complete and valid;
+   * their `finish_reason` is `"length"`.
+   */
+  forced_closes?: number;
 }
 
 export interface ResponseFormatText {
@@ -96,6 +102,8 @@ export interface StepStats extends StepToken {
   mask_us: number | null;
   /** Tokens fed after this one without sampling: the constraint forced them (jump-forward). */
   forced: Array<StepToken>;
+  /** Present and true when this token was the next of a shortest completion (max_tokens was near). */
+  closing?: boolean;
 }
 
 /**

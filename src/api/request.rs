@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::tools::{parse_tool_choice, parse_tools_with, Tool, ToolChoice};
+use super::tools::{parse_tool_choice, parse_tools, render_tool_schemas, Tool, ToolChoice};
 use crate::choice::json_kind;
 use crate::constraint::Spec;
 use crate::error::{Error, Result};
@@ -82,6 +82,10 @@ pub struct Request {
     /// The `guided_*` / `response_format` constraint, already chosen by precedence
     /// ([`Spec::from_request`]); tool forcing, which outranks it, is decided with the model.
     pub guided: Option<Spec>,
+    /// The other constraint fields the request carries, below `guided` in precedence: never
+    /// applied, but compiled all the same ([`super::Run::new`]), so an invalid one is a 400
+    /// naming it.
+    pub outranked: Vec<Spec>,
     pub tools: Vec<Tool>,
     /// The request's `tools` array as sent, for templates that render tools themselves.
     pub tools_json: Option<Value>,
@@ -93,6 +97,10 @@ pub struct Request {
     /// Fields the request carried that poot does not know: accepted and ignored (as vLLM
     /// does), and reported back so a typo is visible.
     pub ignored_fields: Vec<String>,
+    /// One message per declared tool whose parameters schema cannot be compiled, when no
+    /// call to it can be forced ([`render_tool_schemas`]): no error, since nothing
+    /// constrains a call to it.
+    pub tool_warnings: Vec<String>,
 }
 
 /// Fields read on both endpoints (`model` and `user` are accepted and not used: one model is
@@ -297,12 +305,15 @@ impl Request {
         // Open ends of the ranges above (top_p 0, repetition_penalty 0) are the sampler's.
         sampling.validate()?;
 
-        let guided = Spec::from_request_with(body, limits)?;
+        let mut outranked = Spec::all_from_request_with(body, limits)?;
+        let guided = (!outranked.is_empty()).then(|| outranked.remove(0));
+        let mut tool_warnings = Vec::new();
         let (tools, tools_json, tool_choice, parallel_tool_calls) = match endpoint {
             Endpoint::Chat => {
                 let options = crate::constraint::schema_options(body)?;
-                let tools = parse_tools_with(f.get("tools"), limits, options)?;
+                let mut tools = parse_tools(f.get("tools"))?;
                 let choice = parse_tool_choice(f.get("tool_choice"), &tools)?;
+                tool_warnings = render_tool_schemas(&mut tools, &choice, limits, options)?;
                 let parallel = f.boolean("parallel_tool_calls")?.unwrap_or(true);
                 let json = f.get("tools").filter(|_| !tools.is_empty()).cloned();
                 (tools, json, choice, parallel)
@@ -323,12 +334,14 @@ impl Request {
             sampling,
             seed,
             guided,
+            outranked,
             tools,
             tools_json,
             tool_choice,
             parallel_tool_calls,
             step_stats,
             ignored_fields,
+            tool_warnings,
         })
     }
 }

@@ -24,6 +24,7 @@ use crate::constraint::{Constraint, Matcher, Spec};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value as GgufValue};
 use crate::limits::Limits;
+use crate::mask::set_bit;
 use crate::model::{Backend, DeviceStep, Finish, StepSource};
 use crate::sampling::{log_softmax, top_k, Sampler};
 use crate::tokenizer::Tokenizer;
@@ -209,6 +210,9 @@ pub struct StepStats {
     /// Tokens fed after the sampled one without sampling, because the constraint forced
     /// their bytes (jump-forward).
     pub forced: Vec<TokenId>,
+    /// The token was the next of a shortest completion instead of a free choice, because
+    /// `max_tokens` was near (the mask held only it, or the sampled token was replaced).
+    pub closing: bool,
 }
 
 /// One token's log-probability entry.
@@ -241,6 +245,11 @@ struct Choice {
     logprobs_streamed: usize,
     started: bool,
     finish: Option<Finish>,
+    /// The output was steered onto a shortest completion because `max_tokens` was near: it
+    /// ends complete, with `finish_reason` `length`.
+    closed: bool,
+    /// The rest of the close being followed, last token first (empty when none is).
+    close_path: Vec<TokenId>,
     calls: Vec<ToolCall>,
     content: Option<String>,
 }
@@ -309,13 +318,23 @@ impl Run {
             .with_param("logit_bias"));
         }
         let (spec, constraint_param) = constraint_of(&engine, &req)?;
-        let constraint = match &spec {
-            Some(spec) => Some(Arc::new(Constraint::from_spec_with(
-                spec,
-                engine.vocab.clone(),
-                &engine.limits,
-            )?)),
-            None => None,
+        // Every constraint field the request carries is a 400 when invalid, also those that
+        // lost precedence (to another field or to a forced call): compiled, then dropped.
+        let forced = constraint_param == Some("tool_choice");
+        for unused in req.guided.iter().filter(|_| forced).chain(&req.outranked) {
+            unused.compile_with(&engine.limits)?;
+        }
+        let constraint = match (&spec, constraint_param) {
+            (Some(spec), Some(param)) => {
+                let c = Arc::new(Constraint::from_spec_with(
+                    spec,
+                    engine.vocab.clone(),
+                    &engine.limits,
+                )?);
+                c.check_first_mask(param)?;
+                Some(c)
+            }
+            _ => None,
         };
         let prompt = engine.prompt_ids(&req)?;
         if prompt.is_empty() {
@@ -344,6 +363,26 @@ impl Run {
             Some(n) => n,
             None => DEFAULT_MAX_TOKENS.min(room),
         };
+        // Steering makes every reply close within max_tokens when the shortest does: a
+        // max_tokens below that could only cut the output short.
+        if let (Some(c), Some(param)) = (&constraint, constraint_param) {
+            let m = Matcher::new(c.clone());
+            let shortest = match close_plan(&m, &engine.vocab, max_tokens) {
+                Close::Path(p) if p.len() > max_tokens => Some(p.len().to_string()),
+                Close::TooLong => {
+                    let longest = engine.vocab.max_token_len().max(1) as u64;
+                    let len = m.closing_len().unwrap_or(0);
+                    Some(format!("at least {}", len.div_ceil(longest)))
+                }
+                _ => None,
+            };
+            if let Some(k) = shortest {
+                return Err(Error::invalid_input(format!(
+                    "max_tokens {max_tokens} is too few for any output {param} accepts: the shortest takes {k} tokens of this model"
+                ))
+                .with_param("max_tokens"));
+            }
+        }
         let seed = req.seed.unwrap_or(opts.default_seed);
         let choices = (0..req.n)
             .map(|i| {
@@ -363,6 +402,8 @@ impl Run {
                     logprobs_streamed: 0,
                     started: false,
                     finish: None,
+                    closed: false,
+                    close_path: Vec::new(),
                     calls: Vec::new(),
                     content: None,
                 })
@@ -623,12 +664,32 @@ impl Run {
     /// its `step_stats` entry.
     fn prepare_mask(&mut self) -> Result<bool> {
         let c = self.current;
+        let left = self.max_tokens - self.choices[c].count;
         let choice = &mut self.choices[c];
         let mut mask_us = None;
+        let mut closing = false;
         let masked = match choice.matcher.as_ref() {
             Some(m) => {
                 let started = self.clock.map(|now| now());
-                m.fill_mask(&mut self.mask)?;
+                // A shortest completion that needs every token left: only its next token
+                // keeps the output able to close in time.
+                if choice.close_path.is_empty() {
+                    if let Close::Path(mut path) = close_plan(m, &self.engine.vocab, left - 1) {
+                        if path.len() >= left {
+                            path.reverse();
+                            choice.close_path = path;
+                            choice.closed = true;
+                        }
+                    }
+                }
+                if let Some(&next) = choice.close_path.last() {
+                    self.mask.fill(0);
+                    set_bit(&mut self.mask, next);
+                    closing = true;
+                }
+                if !closing {
+                    m.fill_mask(&mut self.mask)?;
+                }
                 if let (Some(now), Some(t0)) = (self.clock, started) {
                     mask_us = Some((now() - t0) * 1000.0);
                 }
@@ -644,6 +705,7 @@ impl Run {
                 allowed,
                 mask_us,
                 forced: Vec::new(),
+                closing,
             });
         }
         Ok(masked)
@@ -658,6 +720,7 @@ impl Run {
         chunks: &mut Vec<Value>,
     ) -> Result<()> {
         let c = self.current;
+        let token = self.steer(token)?;
         let choice = &mut self.choices[c];
         if self.req.stream && !choice.started {
             choice.started = true;
@@ -758,11 +821,61 @@ impl Run {
             && self.req.tool_choice != ToolChoice::None
     }
 
+    /// The token to take for the sampled `token`: the next of the close being followed, if
+    /// one is; else `token` itself, unless the output after it could no longer be completed
+    /// within the tokens left after it; then the close starts here: a shortest completion's
+    /// fewest tokens, which fit (each accepted token left the output closable in the tokens
+    /// then left), and are followed to their end whatever later states' own closes would be.
+    fn steer(&mut self, token: TokenId) -> Result<TokenId> {
+        let c = self.current;
+        let left = self.max_tokens.saturating_sub(self.choices[c].count + 1);
+        let vocab = &self.engine.vocab;
+        let choice = &mut self.choices[c];
+        if let Some(next) = choice.close_path.pop() {
+            return Ok(next);
+        }
+        let Some(m) = choice.matcher.as_mut() else {
+            return Ok(token);
+        };
+        if vocab.is_eos(token) || !m.is_allowed(token) {
+            return Ok(token);
+        }
+        m.advance(token)?;
+        let fits = match close_plan(m, vocab, left) {
+            Close::Fits | Close::Unknown => true,
+            Close::Path(p) => p.len() <= left,
+            Close::TooLong => false,
+        };
+        m.rollback(1)?;
+        if fits {
+            return Ok(token);
+        }
+        match close_path(m, vocab) {
+            Some(mut path) if !path.is_empty() => {
+                choice.closed = true;
+                if let Some(step) = self.steps.last_mut().filter(|_| self.req.step_stats) {
+                    step.closing = true;
+                }
+                path.reverse();
+                let first = path.pop().expect("not empty");
+                choice.close_path = path;
+                Ok(first)
+            }
+            _ => Ok(token),
+        }
+    }
+
     /// Feeds the tokens that spell the bytes the constraint forces next, all but the last
     /// (the model may want a token that spans the forced run's end and what follows: forcing
-    /// `{"name": "` whole would forbid `"B` after it), bounded by `max_tokens`.
+    /// `{"name": "` whole would forbid `"B` after it), bounded by `max_tokens`, and only
+    /// while the output stays closable in the tokens left (this split of the forced bytes
+    /// may take more tokens than a close would).
     fn forced_tokens(&mut self) -> Result<Vec<TokenId>> {
         let c = self.current;
+        // A close being followed has its own split of what comes next.
+        if !self.choices[c].close_path.is_empty() {
+            return Ok(Vec::new());
+        }
         let Some(m) = self.choices[c].matcher.as_ref() else {
             return Ok(Vec::new());
         };
@@ -784,6 +897,16 @@ impl Run {
                 break;
             }
             m.advance(t)?;
+            let left = self.max_tokens.saturating_sub(choice.count + 1);
+            let fits = match close_plan(m, &self.engine.vocab, left) {
+                Close::Fits | Close::Unknown => true,
+                Close::Path(p) => p.len() <= left,
+                Close::TooLong => false,
+            };
+            if !fits {
+                m.rollback(1)?;
+                break;
+            }
             choice.count += 1;
             fed.push(t);
             self.push_token(t);
@@ -883,6 +1006,12 @@ impl Run {
         let codec = self.engine.codec.filter(|_| self.uses_tools());
         let choice = &mut self.choices[c];
         let text = String::from_utf8_lossy(&choice.text).into_owned();
+        // A steered close is the end of max_tokens, however the output then ended.
+        let reason = if choice.closed {
+            Finish::Length
+        } else {
+            reason
+        };
         let mut finish = reason;
         match codec {
             Some(codec) => {
@@ -949,11 +1078,18 @@ impl Run {
     /// end-of-sequence token included: the model produced it).
     pub fn usage(&self) -> Value {
         let completion: usize = self.choices.iter().map(|c| c.count).sum();
-        json!({
+        let mut usage = json!({
             "prompt_tokens": self.prompt.len(),
             "completion_tokens": completion,
             "total_tokens": self.prompt.len() + completion,
-        })
+        });
+        // A poot extension, present when it is not 0: the choices whose output was steered
+        // onto a shortest completion as max_tokens neared (complete, `finish_reason` length).
+        let closed = self.choices.iter().filter(|c| c.closed).count();
+        if closed > 0 {
+            usage["forced_closes"] = closed.into();
+        }
+        usage
     }
 
     /// The whole (non-streamed) response; meaningful once [`Run::is_done`].
@@ -977,7 +1113,7 @@ impl Run {
         if self.req.step_stats {
             body["step_stats"] = self.steps_json(0);
         }
-        if !self.req.ignored_fields.is_empty() {
+        if !self.req.ignored_fields.is_empty() || !self.req.tool_warnings.is_empty() {
             body["warnings"] = self.warnings();
         }
         body
@@ -997,6 +1133,9 @@ impl Run {
                 v["allowed"] = s.allowed.into();
                 v["mask_us"] = s.mask_us.into();
                 v["forced"] = s.forced.iter().map(|&t| token(t)).collect();
+                if s.closing {
+                    v["closing"] = true.into();
+                }
                 v
             })
             .collect()
@@ -1007,12 +1146,19 @@ impl Run {
         &self.steps
     }
 
-    /// One warning per ignored request field.
+    /// One warning per ignored request field, then one per tool whose schema could not be
+    /// compiled where no call to it is forced.
     pub fn warnings(&self) -> Value {
         self.req
             .ignored_fields
             .iter()
             .map(|f| Value::from(format!("unknown field `{f}` was ignored")))
+            .chain(
+                self.req
+                    .tool_warnings
+                    .iter()
+                    .map(|w| Value::from(w.as_str())),
+            )
             .collect()
     }
 }
@@ -1027,6 +1173,48 @@ impl StepSource for Run {
             .get(self.current)
             .is_some_and(|c| c.matcher.is_some())
     }
+}
+
+/// What closing a constrained output takes, against a budget of tokens.
+#[derive(Debug)]
+enum Close {
+    /// A completion of at most `budget` bytes, so of at most `budget` tokens.
+    Fits,
+    /// The fewest tokens that write a shortest completion (at most or past the budget);
+    /// after its first token the rest is a fewest split of what remains, so following it
+    /// needs exactly one token per step.
+    Path(Vec<TokenId>),
+    /// Longer than `budget` tokens of the vocabulary's longest length could write.
+    TooLong,
+    /// No completion the vocabulary can write is known: nothing is steered.
+    Unknown,
+}
+
+/// The cheapest close of `m`'s output within `budget` tokens: the byte length of a shortest
+/// completion first (a table lookup per stack frame), and only when that passes the budget
+/// the completion itself, split into the fewest tokens.
+fn close_plan(m: &Matcher, vocab: &Vocabulary, budget: usize) -> Close {
+    let Some(len) = m.closing_len() else {
+        return Close::Unknown;
+    };
+    if len <= budget as u64 {
+        return Close::Fits;
+    }
+    let longest = vocab.max_token_len().max(1) as u64;
+    if len > (budget as u64).saturating_mul(longest) {
+        return Close::TooLong;
+    }
+    match close_path(m, vocab) {
+        Some(path) => Close::Path(path),
+        None => Close::Unknown,
+    }
+}
+
+/// The fewest tokens that write a shortest completion of `m`'s output.
+fn close_path(m: &Matcher, vocab: &Vocabulary) -> Option<Vec<TokenId>> {
+    let len = m.closing_len()?;
+    m.closing_bytes(usize::try_from(len).ok()?)
+        .and_then(|bytes| vocab.fewest_tokens(&bytes))
 }
 
 /// The request field that holds the prompt.

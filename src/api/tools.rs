@@ -36,6 +36,11 @@ use crate::sampling::splitmix64;
 /// request's budget ([`TOOLS_SCHEMA_BUDGET`]).
 pub const MAX_TOOLS: usize = 128;
 
+/// Most tools listed one by one in a request's warnings when their schemas cannot be
+/// compiled (the rest are counted): each names its error, and 8 keep the `x-poot-warnings`
+/// header under ~4 KiB (Node's clients refuse headers past 16 KiB).
+const MAX_TOOL_WARNINGS: usize = 8;
+
 /// Longest tool name, OpenAI's limit (names are `[a-zA-Z0-9_-]{1,64}`).
 const MAX_NAME_CHARS: usize = 64;
 
@@ -72,9 +77,10 @@ pub struct Tool {
     /// (`{"type": "object", "properties": {}, "additionalProperties": false}`), so a forced
     /// call to it is `"arguments": {}` rather than a free-form object.
     pub parameters: Value,
-    /// The parameters' GBNF rules (entry `root`), made once when the tools are read
-    /// ([`JsonSchema::gbnf_within`]); a forced call's grammar is assembled from them.
-    pub gbnf: String,
+    /// The parameters' GBNF rules (entry `root`, [`JsonSchema::gbnf_within`]), made by
+    /// [`render_tool_schemas`] when a call to this tool can be forced (`None` otherwise); a
+    /// forced call's grammar is assembled from them.
+    pub gbnf: Option<String>,
 }
 
 /// What `tool_choice` asks for.
@@ -138,22 +144,10 @@ fn valid_name(name: &str) -> bool {
 /// Reads a request's `tools`: an array (absent or null: none) of at most [`MAX_TOOLS`]
 /// `{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}`.
 ///
-/// Names are unique and match `^[a-zA-Z0-9_-]{1,64}$`; `parameters` is an object that
-/// compiles as a `guided_json` schema would (so a forced call can be constrained to it), and
-/// its compile error is returned as is. Every error names the param `tools`.
+/// Names are unique and match `^[a-zA-Z0-9_-]{1,64}$`; `parameters` is a JSON object. Every
+/// error names the param `tools`. The schemas are not compiled here: whether one must be
+/// depends on `tool_choice` ([`render_tool_schemas`]).
 pub fn parse_tools(v: Option<&Value>) -> Result<Vec<Tool>> {
-    parse_tools_with(v, &Limits::DEFAULT, SchemaOptions::DEFAULT)
-}
-
-/// [`parse_tools`] under `limits`: each tool's schema within them, and all of the request's
-/// tools together within [`TOOLS_SCHEMA_BUDGET`] times them (subschema visits, `enum` judge
-/// work, bytes of rules), so a list of 128 hard schemas costs what 4 do; their schemas read
-/// by `options` (the request's `guided_json_extra_keys`).
-pub fn parse_tools_with(
-    v: Option<&Value>,
-    limits: &Limits,
-    options: SchemaOptions,
-) -> Result<Vec<Tool>> {
     let items = match v {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
@@ -171,13 +165,6 @@ pub fn parse_tools_with(
         .with_param("tools"));
     }
     let mut tools: Vec<Tool> = Vec::with_capacity(items.len());
-    let mut left = ToolsBudget {
-        visits: limits.schema_expansion.saturating_mul(TOOLS_SCHEMA_BUDGET),
-        judge_work: limits
-            .schema_judge_work
-            .saturating_mul(TOOLS_SCHEMA_BUDGET as u64),
-        gbnf_bytes: MAX_SCHEMA_REGEX_BYTES * TOOLS_SCHEMA_BUDGET,
-    };
     for (i, item) in items.iter().enumerate() {
         let at = format!("tools[{i}]");
         let obj = item
@@ -235,6 +222,51 @@ pub fn parse_tools_with(
                 )))
             }
         };
+        tools.push(Tool {
+            name,
+            description,
+            parameters,
+            gbnf: None,
+        });
+    }
+    Ok(tools)
+}
+
+/// Compiles the parameters schemas of the tools that `choice` can force (all of them for
+/// `"required"`, the named one for a named function) into their GBNF rules
+/// ([`Tool::gbnf`]), whose errors are 400s naming `tools`: a forced call must be
+/// constrained to its schema. Under `"auto"` or `"none"` nothing is forced, so a schema the
+/// compiler cannot take is no error: it is checked the same way, and each that fails is a
+/// warning in the returned list (a call to it could not be forced). The tools of one request
+/// share [`TOOLS_SCHEMA_BUDGET`] schemas' limits (subschema visits, `enum` judge work, bytes
+/// of rules), failed checks included, so a list of 128 hard schemas costs what 4 do; the
+/// schemas read by `options` (the request's `guided_json_extra_keys`).
+pub fn render_tool_schemas(
+    tools: &mut [Tool],
+    choice: &ToolChoice,
+    limits: &Limits,
+    options: SchemaOptions,
+) -> Result<Vec<String>> {
+    let mut warnings = Vec::new();
+    let mut unlisted = 0usize;
+    let mut left = ToolsBudget {
+        visits: limits.schema_expansion.saturating_mul(TOOLS_SCHEMA_BUDGET),
+        judge_work: limits
+            .schema_judge_work
+            .saturating_mul(TOOLS_SCHEMA_BUDGET as u64),
+        gbnf_bytes: MAX_SCHEMA_REGEX_BYTES * TOOLS_SCHEMA_BUDGET,
+    };
+    for (i, tool) in tools.iter_mut().enumerate() {
+        let forced = match choice {
+            ToolChoice::Required => true,
+            ToolChoice::Function(name) => name == &tool.name,
+            ToolChoice::None | ToolChoice::Auto => false,
+        };
+        // A named function is the only tool that can be called.
+        if matches!(choice, ToolChoice::Function(_)) && !forced {
+            continue;
+        }
+        let at = format!("tools[{i}]");
         // This tool's limits: the request's, less what the tools before it took.
         let this = Limits {
             schema_expansion: limits.schema_expansion.min(left.visits),
@@ -253,24 +285,38 @@ pub fn parse_tools_with(
             }
             .with_param("tools")
         };
-        let (gbnf, work) =
-            JsonSchema::gbnf_within(&parameters, "tools", &this, options).map_err(shared)?;
+        let (gbnf, work) = JsonSchema::gbnf_within(&tool.parameters, "tools", &this, options);
         left.visits = left.visits.saturating_sub(work.visits);
         left.judge_work = left.judge_work.saturating_sub(work.judge_work);
-        left.gbnf_bytes = left.gbnf_bytes.checked_sub(gbnf.len()).ok_or_else(|| {
-            shared(Error::limit_exceeded(format!(
+        let gbnf = gbnf.and_then(|g| match left.gbnf_bytes.checked_sub(g.len()) {
+            Some(rest) => {
+                left.gbnf_bytes = rest;
+                Ok(g)
+            }
+            None => Err(Error::limit_exceeded(format!(
                 "{at}: the tools' parameter schemas render to more than {} bytes of grammar",
                 TOOLS_SCHEMA_BUDGET * MAX_SCHEMA_REGEX_BYTES
-            )))
-        })?;
-        tools.push(Tool {
-            name,
-            description,
-            parameters,
-            gbnf,
+            ))),
         });
+        match gbnf {
+            Ok(g) if forced => tool.gbnf = Some(g),
+            Ok(_) => {}
+            Err(e) if forced => return Err(shared(e)),
+            Err(_) if warnings.len() >= MAX_TOOL_WARNINGS => unlisted += 1,
+            Err(e) => warnings.push(format!(
+                "{at} `{}`: a call to it could not be forced ({}); under tool_choice \"{}\" no call is forced, so this is no error",
+                tool.name,
+                shared(e).message(),
+                if *choice == ToolChoice::None { "none" } else { "auto" }
+            )),
+        }
     }
-    Ok(tools)
+    if unlisted > 0 {
+        warnings.push(format!(
+            "{unlisted} more tools could not be forced either (the first {MAX_TOOL_WARNINGS} are listed)"
+        ));
+    }
+    Ok(warnings)
 }
 
 /// What is left of one request's budget for its tools' schemas ([`TOOLS_SCHEMA_BUDGET`]).
@@ -379,9 +425,9 @@ impl Codec {
     /// A call is exactly `<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>`,
     /// where ARGS is the language of the tool's parameters schema as `guided_json` compiles it
     /// (keys in sorted order, an optional space after `,` and `:`). `Required` allows any tool,
-    /// `Function(n)` only `n`; `parallel` allows one or more calls separated by `\n`, otherwise
-    /// exactly one. Each tool's schema rules are renamed with a `tK-` prefix so that they
-    /// coexist. The grammar is compiled here once to check it: a grammar over `limits`'
+    /// `Function(n)` exactly one call to `n`; with `Required`, `parallel` allows one or more
+    /// calls separated by `\n`, otherwise exactly one. The tools' rules are
+    /// [`render_tool_schemas`]'s, each renamed with a `tK-` prefix so that they coexist. The grammar is compiled here once to check it: a grammar over `limits`'
     /// `grammar_bytes` ([`MAX_GRAMMAR_BYTES`](crate::limits::MAX_GRAMMAR_BYTES) by default) or over the grammar engine's limits
     /// is a `limit_exceeded` error naming `tools`. A tool with a few typed parameters costs
     /// ~300-500 bytes, so 16 KiB holds
@@ -411,7 +457,14 @@ impl Codec {
         let mut rules = String::new();
         for (i, tool) in chosen.iter().enumerate() {
             let prefix = format!("t{i}-");
-            rules.push_str(&prefix_rules(&tool.gbnf, &prefix));
+            let gbnf = tool.gbnf.as_deref().ok_or_else(|| {
+                Error::invalid_input(format!(
+                    "tools: the parameters schema of `{}` was not compiled for tool_choice {choice:?}",
+                    tool.name
+                ))
+                .with_param("tools")
+            })?;
+            rules.push_str(&prefix_rules(gbnf, &prefix));
             let open = format!(
                 "{CHATML_OPEN}\n{{\"name\": \"{}\", \"arguments\": ",
                 tool.name
@@ -424,7 +477,8 @@ impl Codec {
             ));
             alts.push(format!("{prefix}call"));
         }
-        let root = if parallel {
+        // A named function is one call, whatever `parallel_tool_calls` says.
+        let root = if parallel && *choice == ToolChoice::Required {
             "root ::= call (\"\\n\" call)*\n"
         } else {
             "root ::= call\n"
@@ -956,15 +1010,28 @@ mod tests {
         })
     }
 
+    /// `tools` read, with every schema compiled as `"required"` does.
+    fn forceable(v: &Value) -> Vec<Tool> {
+        let mut t = parse_tools(Some(v)).unwrap();
+        let warnings = render_tool_schemas(
+            &mut t,
+            &ToolChoice::Required,
+            &Limits::DEFAULT,
+            SchemaOptions::DEFAULT,
+        )
+        .unwrap();
+        assert!(warnings.is_empty());
+        t
+    }
+
     fn tools() -> Vec<Tool> {
-        parse_tools(Some(&json!([
+        forceable(&json!([
             {"type": "function", "function": {
                 "name": "get_weather", "description": "Forecast", "parameters": weather_schema()}},
             {"type": "function", "function": {
                 "name": "add",
                 "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
-        ])))
-        .unwrap()
+        ]))
     }
 
     fn call(name: &str, args: &str) -> (String, String) {
@@ -1226,12 +1293,36 @@ mod tests {
             assert_eq!(e.code(), "invalid_input", "{v}");
             assert!(e.message().contains(want), "{v}: {}", e.message());
         }
-        // A schema the guided_json compiler refuses keeps the compiler's message.
+        // A schema the guided_json compiler refuses: read, and refused with the compiler's
+        // message only where a call to it can be forced; otherwise a warning.
         let schema = json!({"type": "object", "properties": {"x": {"type": "array", "items": {"type": "string"}, "uniqueItems": true}}});
         let direct = JsonSchema::compile(&schema, "tools").unwrap_err();
-        let e = parse_tools(Some(&f(json!({"name": "a", "parameters": schema})))).unwrap_err();
-        assert_eq!(e.param(), Some("tools"));
-        assert_eq!(e.message(), direct.message());
+        let two = json!([
+            {"type": "function", "function": {"name": "a", "parameters": schema}},
+            {"type": "function", "function": {"name": "b"}}
+        ]);
+        let render = |choice: ToolChoice| {
+            let mut t = parse_tools(Some(&two)).unwrap();
+            let r = render_tool_schemas(&mut t, &choice, &Limits::DEFAULT, SchemaOptions::DEFAULT);
+            (r, t)
+        };
+        for choice in [ToolChoice::Required, ToolChoice::Function("a".into())] {
+            let e = render(choice).0.unwrap_err();
+            assert_eq!(e.param(), Some("tools"));
+            assert_eq!(e.message(), direct.message());
+        }
+        let (warnings, t) = render(ToolChoice::Function("b".into()));
+        assert_eq!(warnings.unwrap(), Vec::<String>::new());
+        assert!(t[0].gbnf.is_none() && t[1].gbnf.is_some());
+        for (choice, name) in [(ToolChoice::Auto, "auto"), (ToolChoice::None, "none")] {
+            let (warnings, t) = render(choice);
+            let warnings = warnings.unwrap();
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            assert!(warnings[0].starts_with("tools[0] `a`: a call to it could not be forced"));
+            assert!(warnings[0].contains(direct.message()), "{}", warnings[0]);
+            assert!(warnings[0].contains(&format!("tool_choice \"{name}\"")));
+            assert!(t.iter().all(|t| t.gbnf.is_none()));
+        }
         // Over MAX_TOOLS.
         let many: Vec<Value> = (0..=MAX_TOOLS)
             .map(|i| json!({"type": "function", "function": {"name": format!("f{i}")}}))
@@ -1363,25 +1454,35 @@ mod tests {
             assert!(!g.matches(s.as_bytes()), "{s}");
         }
 
-        // A named function allows only that tool; parallel allows several calls.
-        let only_add = Codec::ChatMl
-            .forced_grammar(
-                &t,
-                &ToolChoice::Function("add".into()),
-                true,
-                &Limits::DEFAULT,
-            )
-            .unwrap()
-            .unwrap();
-        let g = Grammar::new(&only_add).unwrap();
-        assert!(g.matches(add_call(r#"{"a":1,"b":2}"#).as_bytes()));
+        // A named function allows exactly one call to that tool, whatever
+        // parallel_tool_calls says; "required" with parallel allows several calls.
         let two = format!(
             "{}\n{}",
             add_call(r#"{"a":1,"b":2}"#),
             add_call(r#"{"a":3,"b":4}"#)
         );
+        for parallel in [true, false] {
+            let only_add = Codec::ChatMl
+                .forced_grammar(
+                    &t,
+                    &ToolChoice::Function("add".into()),
+                    parallel,
+                    &Limits::DEFAULT,
+                )
+                .unwrap()
+                .unwrap();
+            let g = Grammar::new(&only_add).unwrap();
+            assert!(g.matches(add_call(r#"{"a":1,"b":2}"#).as_bytes()));
+            assert!(!g.matches(two.as_bytes()), "parallel {parallel}");
+            assert!(!g.matches(ok[0].as_bytes()));
+        }
+        let any = Codec::ChatMl
+            .forced_grammar(&t, &ToolChoice::Required, true, &Limits::DEFAULT)
+            .unwrap()
+            .unwrap();
+        let g = Grammar::new(&any).unwrap();
         assert!(g.matches(two.as_bytes()));
-        assert!(!g.matches(ok[0].as_bytes()));
+        assert!(g.matches(format!("{}\n{two}", ok[0]).as_bytes()));
         assert!(!g.matches(format!("{two}\n").as_bytes()));
 
         // Nothing forced: auto, none, and the codecs that cannot force.
@@ -1418,7 +1519,7 @@ mod tests {
         let many: Vec<Value> = (0..MAX_TOOLS)
             .map(|i| json!({"type": "function", "function": {"name": format!("f{i}"), "parameters": {"type": "object"}}}))
             .collect();
-        let t = parse_tools(Some(&Value::from(many))).unwrap();
+        let t = forceable(&Value::from(many));
         let e = Codec::ChatMl
             .forced_grammar(&t, &ToolChoice::Required, false, &Limits::DEFAULT)
             .unwrap_err();

@@ -14,7 +14,10 @@
 //! format (`{"schema":..,"tests":[{"data":..,"valid":bool},..]}`, or folders of them): one JSON
 //! line per file (`status` `ok` | `compile_error` | `wrong_reject` | `wrong_accept`, compile
 //! time, mask p50/p99 while following the valid instances, how many masks that took and how
-//! many of them passed 100 µs) and a summary line. `trace` follows a
+//! many of them passed 100 µs, the fewest tokens that close an output from the start) and a
+//! summary line (with what the length-safe close adds before a run's first token: its
+//! shortest-completion table's build time and bytes, beside the compile's and the
+//! automaton's). `trace` follows a
 //! text token by token (greedy longest match over the vocabulary) and times every mask;
 //! `sample` takes seeded random walks through the masks. `--model` may also be a Hugging Face
 //! `tokenizer.json`. `tokenize`, `eval`, `generate` and `serve` run the model (`poot/model.rs`,
@@ -376,6 +379,12 @@ struct CoverageReport {
     counts: std::collections::BTreeMap<&'static str, usize>,
     compile_ms: Vec<f64>,
     mask_us: Vec<f64>,
+    /// Per compiled schema: the length-safe close's bookkeeping at the start of a run (its
+    /// shortest-completion table built, the start's close split into tokens), in ms; the
+    /// table's bytes; and the automaton's bytes beside it.
+    close_ms: Vec<f64>,
+    close_bytes: Vec<f64>,
+    automaton_bytes: Vec<f64>,
 }
 
 impl CoverageReport {
@@ -386,6 +395,20 @@ impl CoverageReport {
         masks.sort_by(f64::total_cmp);
         let round = |x: f64| (x * 1000.0).round() / 1000.0;
         let count = |k: &str| self.counts.get(k).copied().unwrap_or(0);
+        let sorted = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let with_close: Vec<f64> = self
+            .compile_ms
+            .iter()
+            .zip(&self.close_ms)
+            .map(|(a, b)| a + b)
+            .collect();
+        let (close, with_close) = (sorted(&self.close_ms), sorted(&with_close));
+        let (close_kib, automaton_kib) = (sorted(&self.close_bytes), sorted(&self.automaton_bytes));
+        let kib = |v: &[f64], p: f64| round(percentile(v, p) / 1024.0);
         json!({
             "summary": true,
             "files": self.counts.values().sum::<usize>(),
@@ -398,6 +421,16 @@ impl CoverageReport {
             "mask_steps": masks.len(),
             "p50_us": round(percentile(&masks, 50.0)),
             "p99_us": round(percentile(&masks, 99.0)),
+            "close_ms_p50": round(percentile(&close, 50.0)),
+            "close_ms_p99": round(percentile(&close, 99.0)),
+            "compile_with_close_ms_p50": round(percentile(&with_close, 50.0)),
+            "compile_with_close_ms_p99": round(percentile(&with_close, 99.0)),
+            "close_kib_p50": kib(&close_kib, 50.0),
+            "close_kib_p99": kib(&close_kib, 99.0),
+            "close_kib_max": kib(&close_kib, 100.0),
+            "automaton_kib_p50": kib(&automaton_kib, 50.0),
+            "automaton_kib_p99": kib(&automaton_kib, 99.0),
+            "automaton_kib_max": kib(&automaton_kib, 100.0),
         })
     }
 }
@@ -433,6 +466,19 @@ fn coverage_file(
         }
     };
     report.compile_ms.push(compile_ms);
+    // What a run adds before its first token: the close's table and the start's close.
+    let t1 = Instant::now();
+    let start = Matcher::new(constraint.clone());
+    let close = start
+        .closing_len()
+        .and_then(|len| start.closing_bytes(len as usize))
+        .and_then(|bytes| vocab.fewest_tokens(&bytes));
+    report.close_ms.push(t1.elapsed().as_secs_f64() * 1e3);
+    report.close_bytes.push(constraint.closing_memory() as f64);
+    report
+        .automaton_bytes
+        .push(constraint.automaton_memory() as f64);
+    let close_tokens = close.map(|p| p.len());
     let tests = file
         .get("tests")
         .and_then(Value::as_array)
@@ -490,6 +536,7 @@ fn coverage_file(
         "p50_us": round(percentile(&sorted, 50.0)), "p99_us": round(percentile(&sorted, 99.0)),
         "mask_steps": sorted.len(),
         "steps_over_100us": sorted.iter().filter(|&&t| t > 100.0).count(),
+        "close_tokens": close_tokens,
     });
     if !accepts.is_empty() || !rejects.is_empty() {
         line["tests"] = json!(if accepts.is_empty() { rejects } else { accepts });

@@ -11,6 +11,7 @@
 //! new heads need into the committed arena, so a sequence keeps only the frames it uses.
 
 use super::{BitSet256, Grammar, COUNTER_HORIZON, NONE, SLOW};
+use crate::closing::GrammarClosing;
 use crate::error::{Error, Result};
 use crate::limits::MASK_CACHE_BYTES;
 use crate::mask::{or_words, set_bit};
@@ -451,6 +452,59 @@ impl Parse {
         self.history
             .push((a, self.heads.len() as u32, self.frames.len() as u32));
         Ok(true)
+    }
+
+    /// The length of a shortest completion: over the heads, the least sum over a stack's
+    /// frames of what each needs to complete its rule.
+    pub(crate) fn closing_len(&self, g: &Grammar, c: &GrammarClosing) -> Option<u64> {
+        self.closing_head(g, c).map(|(_, len)| len)
+    }
+
+    /// A shortest completion, when it is at most `cap` bytes: the cheapest head's frames,
+    /// each completed in turn from the top.
+    pub(crate) fn closing_bytes(
+        &self,
+        g: &Grammar,
+        c: &GrammarClosing,
+        cap: usize,
+    ) -> Option<Vec<u8>> {
+        let (head, len) = self.closing_head(g, c)?;
+        if len > cap as u64 {
+            return None;
+        }
+        let mut out = Vec::with_capacity(len as usize);
+        let mut id = head;
+        while id != NIL {
+            let f = &self.frames[id as usize];
+            let count = (f.count != UNCOUNTED).then_some(f.count);
+            if !c.write(g, f.state, count, &mut out, cap) {
+                return None;
+            }
+            id = f.parent;
+        }
+        Some(out)
+    }
+
+    /// The head with the shortest completion, and its length.
+    fn closing_head(&self, g: &Grammar, c: &GrammarClosing) -> Option<(u32, u64)> {
+        let stack_len = |mut id: u32| {
+            let mut total = 0u64;
+            while id != NIL {
+                let f = &self.frames[id as usize];
+                let own = if f.count != UNCOUNTED {
+                    c.counter_len(g, f.state, f.count)
+                } else {
+                    c.state_len(f.state)
+                };
+                total = total.saturating_add(own?);
+                id = f.parent;
+            }
+            Some(total)
+        };
+        self.heads()
+            .iter()
+            .filter_map(|&h| Some((h, stack_len(h)?)))
+            .min_by_key(|&(_, len)| len)
     }
 
     /// The bytes that must come next: while the output is not complete and exactly one byte

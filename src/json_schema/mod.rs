@@ -108,7 +108,9 @@
 //!
 //! # Output form
 //!
-//! No whitespace except one optional space after `,` and `:`. Keys in sorted order (byte
+//! No whitespace except one optional space after `,` and `:`; inside a composite `enum` or
+//! `const` value, any JSON whitespace between tokens, at most [`MAX_JSON_WHITESPACE`] bytes
+//! in a row (the spec's "optional whitespace"). Keys in sorted order (byte
 //! order of the decoded key). Strings: raw characters, short escapes, `\uXXXX` (no lone
 //! surrogates) in unconstrained parts; the canonical escape only where a pattern, format or
 //! length constrains the value. Integers without leading zeros or `-0`. Numbers with at most a
@@ -142,7 +144,9 @@ mod string;
 use crate::constraint::Compiled;
 use crate::error::{Error, Result};
 use crate::grammar::Grammar;
-use crate::limits::{check_size, Limits, MAX_EXCLUDED_KEY_CHARS, MAX_SCHEMA_REGEX_BYTES};
+use crate::limits::{
+    check_size, Limits, MAX_EXCLUDED_KEY_CHARS, MAX_JSON_WHITESPACE, MAX_SCHEMA_REGEX_BYTES,
+};
 use crate::regex::{quote, Dfa};
 use negate::Excluded;
 use node::Node;
@@ -150,6 +154,15 @@ use number::Bound;
 use serde_json::{json, Map, Value};
 use std::cell::Cell;
 use std::collections::BTreeSet;
+
+/// What one schema's compile took of [`Limits`]' budgets ([`JsonSchema::gbnf_within`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchemaWork {
+    /// Subschemas visited ([`Limits::schema_expansion`]'s unit).
+    pub visits: usize,
+    /// `enum`/`const` judge work ([`Limits::schema_judge_work`]'s unit).
+    pub judge_work: u64,
+}
 
 /// A compiled schema: the regular language of its outputs.
 ///
@@ -172,15 +185,6 @@ use std::collections::BTreeSet;
 /// assert!(!dfa.matches(br#"{"name":"Bel"}"#));
 /// assert!(compiled.gbnf().starts_with("root ::= "));
 /// ```
-/// What one schema's compile took of [`Limits`]' budgets ([`JsonSchema::gbnf_within`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SchemaWork {
-    /// Subschemas visited ([`Limits::schema_expansion`]'s unit).
-    pub visits: usize,
-    /// `enum`/`const` judge work ([`Limits::schema_judge_work`]'s unit).
-    pub judge_work: u64,
-}
-
 #[derive(Debug, Clone)]
 pub struct JsonSchema {
     node: Node,
@@ -312,20 +316,22 @@ impl JsonSchema {
     }
 
     /// The schema's GBNF rules (entry `root`, as [`JsonSchema::gbnf`]) without building an
-    /// automaton, and the work they took: for a schema that is one part of a larger grammar
-    /// (a tool's parameters under a forced call), which is compiled once, whole, under the
-    /// grammar's limits. The caller adds up the work of several schemas read from one request
-    /// (up to 128 tools) against that request's budget. The rules are bounded as
-    /// [`JsonSchema::compile`]'s regex is, by [`MAX_SCHEMA_REGEX_BYTES`], rendered under that
-    /// bound first.
+    /// automaton, and the work they took, also when they failed: for a schema that is one
+    /// part of a larger grammar (a tool's parameters under a forced call), which is compiled
+    /// once, whole, under the grammar's limits. The caller adds up the work of several schemas
+    /// read from one request (up to 128 tools) against that request's budget. The rules are
+    /// bounded as [`JsonSchema::compile`]'s regex is, by [`MAX_SCHEMA_REGEX_BYTES`], rendered
+    /// under that bound first.
     pub fn gbnf_within(
         schema: &Value,
         field: &str,
         limits: &Limits,
         options: SchemaOptions,
-    ) -> Result<(String, SchemaWork)> {
+    ) -> (Result<String>, SchemaWork) {
         let text = schema.to_string();
-        check_size(field, text.len(), limits.schema_bytes)?;
+        if let Err(e) = check_size(field, text.len(), limits.schema_bytes) {
+            return (Err(e), SchemaWork::default());
+        }
         let shown = quote(&text);
         let mut c = Compiler::new(schema, options, *limits);
         let node = c.schema(schema);
@@ -333,21 +339,25 @@ impl JsonSchema {
             visits: c.visits,
             judge_work: limits.schema_judge_work - c.judge_fuel,
         };
-        let node = node.map_err(|e| e.into_error(field, &shown))?;
-        if node == Node::Nothing {
-            return Err(Error::invalid_input(format!(
+        let gbnf = match node.map_err(|e| e.into_error(field, &shown)) {
+            Err(e) => Err(e),
+            Ok(Node::Nothing) => Err(Error::invalid_input(format!(
                 "{field} {shown} allows no value the compiler can emit"
             ))
-            .with_param(field));
-        }
-        let gbnf = node.to_gbnf();
-        if gbnf.len() > MAX_SCHEMA_REGEX_BYTES {
-            return Err(Error::limit_exceeded(format!(
-                "{field} {shown} compiles to a grammar over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
-            ))
-            .with_param(field));
-        }
-        Ok((gbnf, work))
+            .with_param(field)),
+            Ok(node) => {
+                let gbnf = node.to_gbnf();
+                if gbnf.len() > MAX_SCHEMA_REGEX_BYTES {
+                    Err(Error::limit_exceeded(format!(
+                        "{field} {shown} compiles to a grammar over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
+                    ))
+                    .with_param(field))
+                } else {
+                    Ok(gbnf)
+                }
+            }
+        };
+        (gbnf, work)
     }
 
     /// The DFA, under the deployment's automaton bounds.
@@ -731,34 +741,47 @@ fn key_lit(k: &str) -> Node {
     Node::lit(serde_json::to_string(k).expect("strings serialize"))
 }
 
-/// A fixed value, structurally: sorted keys, the usual optional spaces.
+/// A fixed value (`enum`/`const`), structurally: sorted keys, and between any two of its
+/// tokens any JSON whitespace up to [`MAX_JSON_WHITESPACE`] bytes, as the spec says and as
+/// `json_object` bounds it (a model cannot loop on newlines).
 fn value_node(v: &Value) -> Node {
-    match v {
-        Value::Array(a) => {
-            let mut parts = vec![Node::lit("[")];
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    parts.push(sep());
-                }
-                parts.push(value_node(x));
+    let gap = || {
+        Node::repeat(
+            Node::class(vec![(' ', ' '), ('\t', '\t'), ('\n', '\n'), ('\r', '\r')]),
+            0,
+            Some(MAX_JSON_WHITESPACE as u32),
+        )
+    };
+    // `open` gap (item gap sep gap)* item gap `close`, or `open` gap `close` when empty.
+    let container = |open: &str, items: Vec<Node>, close: &str| {
+        let mut parts = vec![Node::lit(open), gap()];
+        for (i, item) in items.into_iter().enumerate() {
+            if i > 0 {
+                parts.extend([Node::lit(","), gap()]);
             }
-            parts.push(Node::lit("]"));
-            Node::concat(parts)
+            parts.extend([item, gap()]);
         }
+        parts.push(Node::lit(close));
+        Node::concat(parts)
+    };
+    match v {
+        Value::Array(a) => container("[", a.iter().map(value_node).collect(), "]"),
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort();
-            let mut parts = vec![Node::lit("{")];
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    parts.push(sep());
-                }
-                parts.push(key_lit(k));
-                parts.push(colon());
-                parts.push(value_node(&m[k]));
-            }
-            parts.push(Node::lit("}"));
-            Node::concat(parts)
+            let members = keys
+                .into_iter()
+                .map(|k| {
+                    Node::concat(vec![
+                        key_lit(k),
+                        gap(),
+                        Node::lit(":"),
+                        gap(),
+                        value_node(&m[k]),
+                    ])
+                })
+                .collect();
+            container("{", members, "}")
         }
         scalar => Node::lit(canonical_json(scalar)),
     }
@@ -2770,6 +2793,110 @@ mod tests {
         assert!(c.matches(br#""x""#) && !c.matches(b"3"));
         let c = compile(json!({"enum":["ab","abc"],"maxLength":2}));
         assert!(c.matches(br#""ab""#) && !c.matches(br#""abc""#));
+    }
+
+    /// `v` as JSON text (sorted keys) with `gap(i)` written between its `i`-th and next token.
+    fn spaced(v: &Value, gap: &mut dyn FnMut() -> String) -> String {
+        let mut out = String::new();
+        match v {
+            Value::Array(a) => {
+                out += "[";
+                for (i, x) in a.iter().enumerate() {
+                    out += &gap();
+                    if i > 0 {
+                        out += ",";
+                        out += &gap();
+                    }
+                    out += &spaced(x, gap);
+                }
+                out += &gap();
+                out += "]";
+            }
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                out += "{";
+                for (i, k) in keys.into_iter().enumerate() {
+                    out += &gap();
+                    if i > 0 {
+                        out += ",";
+                        out += &gap();
+                    }
+                    out += &serde_json::to_string(k).unwrap();
+                    out += &gap();
+                    out += ":";
+                    out += &gap();
+                    out += &spaced(&m[k], gap);
+                }
+                out += &gap();
+                out += "}";
+            }
+            scalar => out += &canonical_json(scalar),
+        }
+        out
+    }
+
+    #[test]
+    fn composite_enum_values_take_bounded_json_whitespace() {
+        let values = [
+            json!({"b": [1, {"c": null}], "a": "x y"}),
+            json!([]),
+            json!({}),
+            json!([[true], {"k": []}]),
+        ];
+        let schemas = [
+            json!({"enum": values.clone()}),
+            json!({"const": values[0].clone()}),
+            json!({"type": "object", "properties": {"v": {"enum": values.clone()}}, "required": ["v"], "additionalProperties": false}),
+        ];
+        let mut rng = 0x5eed_u64;
+        let mut next = move |n: u64| crate::sampling::splitmix64(&mut rng) % n;
+        for schema in &schemas {
+            let c = compile(schema.clone());
+            let g = Grammar::new(&c.gbnf()).unwrap();
+            let nested = schema.get("properties").is_some();
+            let wrap = |t: String| if nested { format!("{{\"v\":{t}}}") } else { t };
+            for v in values
+                .iter()
+                .filter(|v| schema.get("const").is_none_or(|c| c == *v))
+            {
+                for round in 0..40 {
+                    // Runs of up to MAX_JSON_WHITESPACE bytes of the four JSON blanks.
+                    let max = if round == 0 {
+                        MAX_JSON_WHITESPACE as u64
+                    } else {
+                        9
+                    };
+                    let text = wrap(spaced(v, &mut || {
+                        let len = if round == 0 { max } else { next(max + 1) };
+                        (0..len)
+                            .map(|_| [' ', '\t', '\n', '\r'][next(4) as usize])
+                            .collect()
+                    }));
+                    assert!(c.matches(text.as_bytes()), "{schema}: {text:?}");
+                    assert!(g.matches(text.as_bytes()), "{schema} (GBNF): {text:?}");
+                }
+                // One blank past the bound, anywhere: no longer in the language.
+                let mut first = true;
+                let text = wrap(spaced(v, &mut || {
+                    let run = if first {
+                        " ".repeat(MAX_JSON_WHITESPACE + 1)
+                    } else {
+                        String::new()
+                    };
+                    first = false;
+                    run
+                }));
+                assert!(!c.matches(text.as_bytes()), "{schema}: {text:?}");
+                assert!(!g.matches(text.as_bytes()), "{schema} (GBNF): {text:?}");
+                // Between the value's tokens only, not before it.
+                let before = format!(" {}", canonical_json(v));
+                assert!(
+                    nested || !c.matches(before.as_bytes()),
+                    "{schema}: {before:?}"
+                );
+            }
+        }
     }
 
     #[test]

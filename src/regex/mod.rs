@@ -451,6 +451,27 @@ impl Dfa {
         state as usize / self.stride
     }
 
+    /// Number of byte classes (the row length of the table).
+    pub(crate) fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// The class of each byte.
+    pub(crate) fn classes(&self) -> &[u8; 256] {
+        &self.classes
+    }
+
+    /// The state after class `c` from the state of index `i`.
+    #[inline]
+    pub(crate) fn next_by_class(&self, i: usize, c: usize) -> u32 {
+        self.trans[i * self.stride + c]
+    }
+
+    /// [`Dfa::is_accepting`] by state index.
+    pub(crate) fn is_accepting_index(&self, i: usize) -> bool {
+        self.accepting[i]
+    }
+
     /// Heap bytes of the transition table.
     pub fn memory_usage(&self) -> usize {
         self.trans.len() * 4 + self.accepting.len() * 3

@@ -218,6 +218,61 @@ impl Vocabulary {
         Ok(tokens)
     }
 
+    /// The fewest text tokens whose bytes, joined, are `text` (`None` when no split exists):
+    /// the cheapest way to write a fixed continuation, such as the close of a constrained
+    /// output. Any suffix of the split is a fewest split of the rest, so a caller can emit
+    /// it one token at a time. O(`text.len()` × longest token) trie steps.
+    ///
+    /// ```
+    /// use poot::vocab::Vocabulary;
+    /// let v = Vocabulary::new(
+    ///     vec![b"a".to_vec(), b"ab".to_vec(), b"abc".to_vec(), b"cd".to_vec(), b"d".to_vec()],
+    ///     vec![],
+    /// ).unwrap();
+    /// // "ab"+"cd" and "abc"+"d" are both two tokens: ties go to the longer first token.
+    /// assert_eq!(v.fewest_tokens(b"aabcd").unwrap(), vec![0, 2, 4]);
+    /// // Greedy longest match takes "ab" and then finds no token for "cd".
+    /// let w = Vocabulary::new(vec![b"ab".to_vec(), b"a".to_vec(), b"bcd".to_vec()], vec![]).unwrap();
+    /// assert!(w.tokenize_greedy(b"abcd").is_err());
+    /// assert_eq!(w.fewest_tokens(b"abcd"), Some(vec![1, 2]));
+    /// assert_eq!(v.fewest_tokens(b""), Some(vec![]));
+    /// assert_eq!(v.fewest_tokens(b"ax"), None);
+    /// ```
+    pub fn fewest_tokens(&self, text: &[u8]) -> Option<Vec<TokenId>> {
+        const NO_SPLIT: u32 = u32::MAX;
+        // best[i]: fewest tokens for text[i..], and the first token and its length.
+        let n = text.len();
+        let mut best = vec![(NO_SPLIT, 0 as TokenId, 0usize); n + 1];
+        best[n].0 = 0;
+        for i in (0..n).rev() {
+            let mut here = (NO_SPLIT, 0, 0);
+            self.trie.prefixes(&text[i..], |id, len| {
+                let rest = best[i + len].0;
+                // Ties go to the longer token: prefixes come shortest first.
+                if rest != NO_SPLIT && rest + 1 <= here.0 {
+                    here = (rest + 1, id, len);
+                }
+            });
+            best[i] = here;
+        }
+        if best[0].0 == NO_SPLIT {
+            return None;
+        }
+        let mut out = Vec::with_capacity(best[0].0 as usize);
+        let mut i = 0;
+        while i < n {
+            let (_, id, len) = best[i];
+            out.push(id);
+            i += len;
+        }
+        Some(out)
+    }
+
+    /// Bytes of the longest text token.
+    pub fn max_token_len(&self) -> usize {
+        self.trie.max_depth()
+    }
+
     pub(crate) fn trie(&self) -> &Trie {
         &self.trie
     }

@@ -908,8 +908,15 @@ impl Trie {
 
     /// The token with the longest bytes that are a prefix of `text` (lowest id among equals).
     pub(crate) fn longest_prefix(&self, text: &[u8]) -> Option<(TokenId, usize)> {
-        let nodes = &self.nodes;
         let mut best = None;
+        self.prefixes(text, |id, len| best = Some((id, len)));
+        best
+    }
+
+    /// Calls `f(token, length)` for each length at which a prefix of `text` is a token
+    /// (the lowest id among equals), shortest first.
+    pub(crate) fn prefixes(&self, text: &[u8], mut f: impl FnMut(TokenId, usize)) {
+        let nodes = &self.nodes;
         let (mut first_child, mut end) = (0, nodes.len() - 1);
         for (depth, &byte) in text.iter().enumerate() {
             let mut j = first_child;
@@ -921,12 +928,11 @@ impl Trie {
             }
             let (start, stop) = (nodes[j].tok_start as usize, nodes[j + 1].tok_start as usize);
             if start < stop {
-                best = Some((self.tokens[start], depth + 1));
+                f(self.tokens[start], depth + 1);
             }
             first_child = j + 1;
             end = nodes[j].next as usize;
         }
-        best
     }
 }
 

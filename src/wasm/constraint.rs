@@ -176,13 +176,22 @@ impl Constraint {
                     .with_source(e),
             )
         })?;
-        let Some(spec) = Spec::from_request_with(&body, &limits).map_err(to_js_error)? else {
+        let mut specs = Spec::all_from_request_with(&body, &limits).map_err(to_js_error)?;
+        if specs.is_empty() {
             return Ok(None);
-        };
-        let inner = CoreConstraint::from_spec_with(&spec, vocab.inner.clone(), &limits)
-            .map_err(to_js_error)?;
+        }
+        let spec = specs.remove(0);
+        // The fields below it in precedence are not applied, but an invalid one is a 400.
+        for unused in &specs {
+            unused.compile_with(&limits).map_err(to_js_error)?;
+        }
+        let inner = Arc::new(
+            CoreConstraint::from_spec_with(&spec, vocab.inner.clone(), &limits)
+                .map_err(to_js_error)?,
+        );
+        inner.check_first_mask(spec.param()).map_err(to_js_error)?;
         Ok(Some(Constraint {
-            inner: Arc::new(inner),
+            inner,
             kind: spec.kind(),
         }))
     }

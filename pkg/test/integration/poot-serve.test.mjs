@@ -111,6 +111,29 @@ test("openai client: response_format json_schema, non-streamed, n = 2", async ()
   }
 });
 
+test("a reply that reaches max_tokens still closes and validates (streamed too)", async () => {
+  const schema = { type: "object", properties: { story: { type: "string" } }, required: ["story"], additionalProperties: false };
+  const valid = validator(schema);
+  const body = {
+    messages: [{ role: "user", content: "Tell me a very long story as JSON." }],
+    max_tokens: 12,
+    response_format: { type: "json_schema", json_schema: { name: "story", schema } },
+  };
+  const out = await client.chat.completions.create(body);
+  assert.equal(out.choices[0].finish_reason, "length");
+  assert.ok(valid(JSON.parse(out.choices[0].message.content)), out.choices[0].message.content);
+  assert.equal(out.usage.forced_closes, 1);
+  const stream = await client.chat.completions.create({ ...body, stream: true });
+  let text = "";
+  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? "";
+  assert.ok(valid(JSON.parse(text)), text);
+  await assert.rejects(client.chat.completions.create({ ...body, max_tokens: 2 }), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.param, "max_tokens");
+    return true;
+  });
+});
+
 test("openai client: streamed guided_regex deltas concatenate to a match", async () => {
   const stream = await client.chat.completions.create({
     messages: [{ role: "user", content: "When did the Berlin wall fall?" }],
@@ -154,6 +177,50 @@ test("openai client: a forced tool call parses and validates", async () => {
   assert.equal(call.function.name, "get_weather");
   const valid = validator(parameters);
   assert.ok(valid(JSON.parse(call.function.arguments)), call.function.arguments);
+});
+
+test("tool schemas matter only when a call is forced; a named function is one call; every constraint field is checked", async () => {
+  const tools = [
+    { type: "function", function: { name: "tag", parameters: { type: "object", properties: { tags: { type: "array", items: { type: "string" }, uniqueItems: true } } } } },
+    { type: "function", function: { name: "add", parameters: { type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } }, required: ["a", "b"] } } },
+  ];
+  const messages = [{ role: "user", content: "Add 2 and 3." }];
+  // tool_choice auto: the refused schema is a warning, in the body and in the header.
+  const r = await fetch(`${base}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ messages, tools, max_tokens: 2 }),
+  });
+  assert.equal(r.status, 200);
+  const warnings = (await r.json()).warnings;
+  assert.equal(warnings.length, 1, JSON.stringify(warnings));
+  assert.match(warnings[0], /^tools\[0\] `tag`: a call to it could not be forced .*uniqueItems/);
+  assert.deepEqual(JSON.parse(r.headers.get("x-poot-warnings")), warnings);
+  // A named function with parallel_tool_calls left at its default: exactly one call.
+  const out = await client.chat.completions.create({
+    messages,
+    max_tokens: 60,
+    temperature: 0,
+    tools,
+    tool_choice: { type: "function", function: { name: "add" } },
+  });
+  assert.equal(out.choices[0].finish_reason, "tool_calls");
+  assert.equal(out.choices[0].message.tool_calls.length, 1);
+  assert.equal(out.choices[0].message.tool_calls[0].function.name, "add");
+  // Forced, the refused schema is the 400; so is an invalid guided field under a forced call,
+  // and one that loses precedence to another.
+  const refused = [
+    [{ tools, tool_choice: "required" }, "tools"],
+    [{ tools, tool_choice: { type: "function", function: { name: "add" } }, guided_grammar: "root ::= nothing" }, "guided_grammar"],
+    [{ guided_choice: ["a"], guided_json: { type: "array", uniqueItems: true } }, "guided_json"],
+  ];
+  for (const [fields, param] of refused) {
+    await assert.rejects(client.chat.completions.create({ messages, ...fields }), (e) => {
+      assert.equal(e.status, 400, JSON.stringify(fields));
+      assert.equal(e.param, param, JSON.stringify(fields));
+      return true;
+    });
+  }
 });
 
 test("openai client: completions and models", async () => {

@@ -251,6 +251,18 @@ test("validation errors carry the exact text, status, code and param", async () 
     bad("response_format json_schema needs json_schema.schema", "response_format"));
   await rejectsExactly(() => compileConstraint({ vocabulary, request: { guided_json: { type: "string", format: "duration" } } }),
     bad("guided_json `{\"format\":\"duration\",\"type\":\"string\"}`: `format` at # is not supported (format `duration` has no regex here); the compiler refuses rather than emit values it may not allow", "guided_json"));
+  // A field below the winner in precedence is compiled too: invalid, it is the error.
+  await rejectsExactly(() => compileConstraint({ vocabulary, request: { guided_choice: ["a"], guided_regex: "(a|b)*a(a|b){17}" } }), {
+    message: "guided_regex `(a|b)*a(a|b){17}` needs more than the 262144-byte automaton limit",
+    code: "limit_exceeded",
+    param: "guided_regex",
+    status: 400,
+  });
+  // A constraint no token of the vocabulary can begin is refused when compiled.
+  await rejectsExactly(() => compileConstraint({ vocabulary, request: { guided_regex: "c+" } }),
+    bad("guided_regex: no token of this model's vocabulary (3 tokens) can begin an output the constraint accepts", "guided_regex"));
+  await rejectsExactly(() => compileConstraint({ vocabulary, request: { response_format: { type: "json_object" } } }),
+    bad("response_format: no token of this model's vocabulary (3 tokens) can begin an output the constraint accepts", "response_format"));
   // Forced tool calls are refused: their format belongs to the model's chat template.
   const tools = [{ type: "function", function: { name: "f" } }];
   const toolsRefused = bad(

@@ -78,6 +78,40 @@ test("guided_json: the reply parses and validates against the schema", async () 
   assert.equal(reply.usage.total_tokens, reply.usage.prompt_tokens + reply.usage.completion_tokens);
 });
 
+test("max_tokens far below the natural reply: it closes in time and validates, n = 2 and streamed", async () => {
+  const schema = {
+    type: "object",
+    properties: { title: { type: "string" }, lines: { type: "array", items: { type: "string" }, minItems: 1 } },
+    required: ["title", "lines"],
+    additionalProperties: false,
+  };
+  const validate = new Ajv().compile(schema);
+  const body = { messages: ask("Write a very long poem as JSON."), guided_json: schema, max_tokens: 14, n: 2, seed: 3 };
+  const reply = await engine.chat.completions.create(body);
+  for (const choice of reply.choices) {
+    const value = JSON.parse(choice.message.content);
+    assert.ok(validate(value), choice.message.content);
+    assert.equal(choice.finish_reason, "length");
+  }
+  assert.equal(reply.usage.forced_closes, 2);
+  assert.ok(reply.usage.completion_tokens <= 28);
+  let text = "";
+  let finish = null;
+  for await (const chunk of await engine.chat.completions.create({ ...body, n: 1, stream: true })) {
+    for (const c of chunk.choices) {
+      text += c.delta.content ?? "";
+      finish = c.finish_reason ?? finish;
+    }
+  }
+  assert.ok(validate(JSON.parse(text)), text);
+  assert.equal(finish, "length");
+  // Below the shortest output the constraint accepts: a 400 naming max_tokens, up front.
+  const err = await rejection(engine.chat.completions.create({ ...body, max_tokens: 3 }));
+  assert.equal(err.status, 400);
+  assert.equal(err.param, "max_tokens");
+  assert.match(err.message, /^max_tokens 3 is too few for any output guided_json accepts: the shortest takes \d+ tokens of this model$/);
+});
+
 test("streamed guided_regex: the deltas join into a match, chunk by chunk", async () => {
   const stream = await engine.chat.completions.create({
     messages: ask("When is the meeting?"),
@@ -143,6 +177,9 @@ test("invalid requests reject with the exact error, status and param", async () 
     [{ messages: ask("hi"), top_logprobs: 2 }, "top_logprobs needs logprobs: true", "top_logprobs", "invalid_input"],
     [{ messages: [{ role: "robot", content: "x" }] }, "messages[0]: role `robot` is not one of system, developer, user, assistant, tool", "messages", "invalid_input"],
     [{ messages: ask("hi"), max_tokens: 9000 }, /^max_tokens 9000 plus the prompt's \d+ tokens is over the model's context of 8192 tokens$/, "max_tokens", "limit_exceeded"],
+    // A constraint field that loses precedence is still compiled, and named when invalid.
+    [{ messages: ask("hi"), guided_choice: ["a"], guided_regex: "(a" }, /guided_regex/, "guided_regex", "invalid_input"],
+    [{ messages: ask("hi"), guided_regex: "a", response_format: { type: "json_schema", json_schema: { name: "x", schema: { $ref: "#/$defs/none" } } } }, /\$defs\/none/, "response_format", "invalid_input"],
   ];
   for (const [body, message, param, code] of cases) {
     const err = await rejection(engine.chat.completions.create(body));
@@ -165,6 +202,36 @@ test("invalid requests reject with the exact error, status and param", async () 
 test("unknown fields are ignored and listed in warnings", async () => {
   const reply = await engine.chat.completions.create({ messages: ask("hi"), guided_choice: ["yes"], store: true });
   assert.deepEqual(reply.warnings, ["unknown field `store` was ignored"]);
+});
+
+test("tool schemas matter only where a call can be forced; a named function is one call", async () => {
+  const tools = [
+    { type: "function", function: { name: "tag", parameters: { type: "object", properties: { tags: { type: "array", items: { type: "string" }, uniqueItems: true } } } } },
+    { type: "function", function: { name: "add", parameters: { type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } }, required: ["a", "b"], additionalProperties: false } } },
+  ];
+  // Nothing forced: the schema the compiler refuses is a warning, not an error.
+  const auto = await engine.chat.completions.create({ messages: ask("hi"), tools, max_tokens: 4 });
+  assert.equal(auto.warnings.length, 1, JSON.stringify(auto.warnings));
+  assert.match(auto.warnings[0], /^tools\[0\] `tag`: a call to it could not be forced .*uniqueItems.*tool_choice "auto"/);
+  // Forcing the other tool by name: exactly one call to it (parallel_tool_calls defaults to true).
+  const named = await engine.chat.completions.create({
+    messages: ask("Add 2 and 3."),
+    tools,
+    tool_choice: { type: "function", function: { name: "add" } },
+    max_tokens: 60,
+    temperature: 0,
+  });
+  assert.equal(named.warnings, undefined);
+  const calls = named.choices[0].message.tool_calls;
+  assert.equal(calls.length, 1, JSON.stringify(calls));
+  assert.equal(calls[0].function.name, "add");
+  const args = JSON.parse(calls[0].function.arguments);
+  assert.ok(Number.isInteger(args.a) && Number.isInteger(args.b), calls[0].function.arguments);
+  // Forcing the refused one is a 400 naming tools.
+  const err = await rejection(engine.chat.completions.create({ messages: ask("hi"), tools, tool_choice: "required" }));
+  assert.equal(err.status, 400);
+  assert.equal(err.param, "tools");
+  assert.match(err.message, /uniqueItems/);
 });
 
 test("an abort mid-stream ends the stream within a step, and the engine goes on", async () => {

@@ -751,6 +751,34 @@ fn internal_error_body() -> Value {
     }})
 }
 
+/// Longest `x-poot-warnings` header: Node's HTTP client refuses a response whose headers
+/// pass 16 KiB, and a request may carry thousands of unknown fields.
+const MAX_WARNINGS_HEADER_BYTES: usize = 8 * 1024;
+
+/// The `x-poot-warnings` header: the warnings (a JSON array of strings) that fit in
+/// [`MAX_WARNINGS_HEADER_BYTES`], then a count of the rest; `None` when there are none.
+fn warnings_header(warnings: &Value) -> Option<HeaderValue> {
+    let all = warnings.as_array().filter(|w| !w.is_empty())?;
+    let mut shown = Vec::new();
+    let mut len = 2;
+    for w in all {
+        let text = ascii_json(w);
+        // Room for the count's message (under 100 bytes).
+        if len + text.len() + 1 + 100 > MAX_WARNINGS_HEADER_BYTES {
+            break;
+        }
+        len += text.len() + 1;
+        shown.push(w.clone());
+    }
+    if shown.len() < all.len() {
+        shown.push(Value::from(format!(
+            "{} more warnings are not shown (the header is capped at {MAX_WARNINGS_HEADER_BYTES} bytes)",
+            all.len() - shown.len()
+        )));
+    }
+    HeaderValue::from_str(&ascii_json(&Value::Array(shown))).ok()
+}
+
 /// `value` as JSON with everything outside printable ASCII escaped (`\uXXXX`, in UTF-16 as
 /// JSON has it), so it is a valid header value whatever the request's field names held.
 fn ascii_json(value: &Value) -> String {
@@ -1017,10 +1045,7 @@ async fn completion(
         Err(_) => return json_response(StatusCode::INTERNAL_SERVER_ERROR, &internal_error_body()),
     };
     let stream = run.request().stream;
-    let warnings = run.warnings();
-    let warnings = (!warnings.as_array().is_none_or(Vec::is_empty))
-        .then(|| HeaderValue::from_str(&ascii_json(&warnings)).ok())
-        .flatten();
+    let warnings = warnings_header(&run.warnings());
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop(cancel.clone());
     let (chunks, chunk_receiver) = mpsc::channel(CHUNK_BUFFER);
@@ -1248,6 +1273,22 @@ mod tests {
         let escaped = ascii_json(&warnings);
         assert!(HeaderValue::from_str(&escaped).is_ok(), "{escaped}");
         assert_eq!(serde_json::from_str::<Value>(&escaped).unwrap(), warnings);
+        // Thousands of unknown fields: the header keeps what fits and counts the rest.
+        let many: Vec<Value> = (0..5000)
+            .map(|i| Value::from(format!("unknown field `field{i}` was ignored")))
+            .collect();
+        let header = warnings_header(&Value::Array(many)).unwrap();
+        assert!(
+            header.len() <= MAX_WARNINGS_HEADER_BYTES,
+            "{}",
+            header.len()
+        );
+        let shown: Vec<String> = serde_json::from_slice(header.as_bytes()).unwrap();
+        assert_eq!(shown[0], "unknown field `field0` was ignored");
+        let last = shown.last().unwrap();
+        let rest = 5000 - (shown.len() - 1);
+        assert!(last.starts_with(&format!("{rest} more warnings")), "{last}");
+        assert!(warnings_header(&json!([])).is_none());
         assert_eq!(host_name("LocalHost:8080"), "localhost");
         assert_eq!(host_name("[::1]:8080"), "[::1]");
         assert_eq!(host_name("[::1]"), "[::1]");

@@ -2,7 +2,8 @@
 // createEngine or createWorkerEngine: structured completions (non-streamed and streamed) under
 // guided_json, guided_regex and response_format json_object, an abort mid-stream, and the
 // official `openai` client (bundled for the page by the test) going through `engine.fetch`.
-// Each returns plain data; the Node side validates it (test/browser/engine-checks.mjs).
+// Each returns plain data; the Node side validates it (pages/checks.mjs). `closing` asks for
+// far fewer tokens than the model would write: the reply must still close and validate.
 //
 // Two sizes: `full` asks the chat endpoint for realistic outputs (the CPU backend: a few
 // tokens/s); `lean` uses one-token completion prompts and outputs of a few tokens, because
@@ -24,6 +25,15 @@ export const SCHEMAS = {
 
 export const REGEXES = { full: "[0-9]{3}-[0-9]{4}", lean: "[0-9]" };
 
+/** The length-safe close: a constraint whose natural output is far longer than max_tokens. */
+export const CLOSING = {
+  full: {
+    schema: { type: "object", properties: { story: { type: "string" } }, required: ["story"], additionalProperties: false },
+    maxTokens: 12,
+  },
+  lean: { regex: "a[b-z ]*!", maxTokens: 3 },
+};
+
 /** The request of a scenario: the endpoint and body. */
 export function request(name, size, stream) {
   const full = size === "full";
@@ -35,12 +45,17 @@ export function request(name, size, stream) {
     case "guided_regex":
       return { chat: full, body: { ...base, ...ask("Give me a phone number."), guided_regex: REGEXES[size], max_tokens: full ? 12 : 3 } };
     case "json_object":
-      // Full: a prompt SmolLM2 answers with a short object. Lean: the output stops at
-      // max_tokens, and is checked as a prefix of a JSON value.
+      // Full: a prompt SmolLM2 answers with a short object. Lean: max_tokens comes first, and
+      // the engine closes the value in time.
       return {
         chat: full,
         body: { ...base, ...ask('Reply with the JSON object {"a": 1} and nothing else.'), response_format: { type: "json_object" }, max_tokens: full ? 24 : 3 },
       };
+    case "closing": {
+      const c = CLOSING[size];
+      const constraint = c.schema ? { guided_json: c.schema } : { guided_regex: c.regex };
+      return { chat: full, body: { ...base, ...ask("Tell me a very long story as JSON."), ...constraint, max_tokens: c.maxTokens } };
+    }
     default:
       throw new Error(`no scenario ${name}`);
   }
@@ -147,13 +162,47 @@ export async function openaiClient(OpenAI, engine, size) {
   return out;
 }
 
+/** A tool list with one schema the compiler refuses (`uniqueItems`) and one it takes. */
+export const TOOLS = [
+  { type: "function", function: { name: "tag", parameters: { type: "object", properties: { tags: { type: "array", items: { type: "string" }, uniqueItems: true } } } } },
+  { type: "function", function: { name: "add", parameters: { type: "object", properties: { a: { type: "integer" } }, required: ["a"] } } },
+];
+
+/**
+ * Validation before any model work: a constraint field that loses precedence, and a tool
+ * schema the compiler refuses where its call is forced, are 400s naming them. The full size
+ * also runs a one-token request with the same tools under tool_choice "auto", whose refused
+ * schema is only a warning (the lean size skips it: its prompt takes minutes on SwiftShader).
+ */
+export async function validation(engine, size) {
+  const messages = [{ role: "user", content: "hi" }];
+  const refusal = async (body) => {
+    try {
+      await engine.chat.completions.create({ messages, ...body });
+      return "no error";
+    } catch (e) {
+      return { status: e.status, param: e.param, code: e.code, message: e.message };
+    }
+  };
+  const out = {
+    outranked: await refusal({ guided_choice: ["a"], guided_regex: "(a" }),
+    forcedTool: await refusal({ tools: TOOLS, tool_choice: "required" }),
+  };
+  if (size === "full") {
+    const reply = await engine.chat.completions.create({ messages, tools: TOOLS, max_tokens: 1 });
+    out.autoWarnings = reply.warnings;
+  }
+  return out;
+}
+
 /** Every scenario, in order: each constraint non-streamed then streamed, the abort, the client. */
 export async function runSuite(engine, size, OpenAI) {
   const results = [];
-  for (const name of ["guided_json", "guided_regex", "json_object"]) {
+  for (const name of ["guided_json", "guided_regex", "json_object", "closing"]) {
     for (const stream of [false, true]) results.push(await complete(engine, name, size, stream));
   }
   const abort = await abortMidStream(engine, size);
   const openai = await openaiClient(OpenAI, engine, size);
-  return { results, abort, openai };
+  const checks = await validation(engine, size);
+  return { results, abort, openai, validation: checks };
 }

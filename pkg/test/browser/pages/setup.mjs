@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 
 import { launch, openPage } from "../chromium.mjs";
-import { checkAbort, checkOpenai, checkOutput } from "./checks.mjs";
+import { checkAbort, checkOpenai, checkOutput, checkValidation } from "./checks.mjs";
 import { startTestServer } from "./server.mjs";
 
 export const PAGE = "pkg/test/browser/pages/blank.html";
@@ -50,6 +50,7 @@ export function checkSuite(suite, size, modelId, where, { abortWithinMs }) {
   }
   checkAbort(suite.abort, `${where}: abort`, { withinMs: abortWithinMs });
   checkOpenai(suite.openai, size, modelId, `${where}: openai client`);
+  checkValidation(suite.validation, size, `${where}: validation`);
 }
 
 /** One line per result: what came back and how long it took. */
