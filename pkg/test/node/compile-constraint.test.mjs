@@ -306,9 +306,11 @@ test("limits tighten one compile's bounds; a bad limits option is a 400 naming l
   // The same regex under the defaults compiles: the limit was this call's.
   (await compileConstraint({ vocabulary, request: { guided_regex: "a{1,80}b?" } })).free();
   const deep = { type: "object", properties: { a: { type: "object", properties: { b: { type: "array", items: { type: "integer" } } } } } };
-  (await compileConstraint({ vocabulary, request: { guided_json: deep } })).free();
+  // Printable ASCII, one token a character: a vocabulary JSON can be written in.
+  const ascii = { tokens: [...Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)), "<eos>"], eos: [95] };
+  (await compileConstraint({ vocabulary: ascii, request: { guided_json: deep } })).free();
   await assert.rejects(
-    () => compileConstraint({ vocabulary, request: { guided_json: deep }, limits }),
+    () => compileConstraint({ vocabulary: ascii, request: { guided_json: deep }, limits }),
     (e) => e.code === "limit_exceeded" && e.param === "guided_json" && /nest/.test(e.message),
   );
   const bad = (message) => ({ message, code: "invalid_input", param: "limits", status: 400 });
