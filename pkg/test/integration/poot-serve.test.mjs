@@ -134,6 +134,20 @@ test("a reply that reaches max_tokens still closes and validates (streamed too)"
   });
 });
 
+test("a composite const takes JSON whitespace between its tokens", async () => {
+  // A +100 bias on SmolLM2's newline token (198): newlines wherever the constraint allows.
+  const out = await client.chat.completions.create({
+    messages: [{ role: "user", content: "hi" }],
+    guided_json: { const: { a: [1, 2] } },
+    logit_bias: { 198: 100 },
+    max_tokens: 40,
+    temperature: 0,
+  });
+  const text = out.choices[0].message.content;
+  assert.deepEqual(JSON.parse(text), { a: [1, 2] });
+  assert.match(text, /\n/, JSON.stringify(text));
+});
+
 test("openai client: streamed guided_regex deltas concatenate to a match", async () => {
   const stream = await client.chat.completions.create({
     messages: [{ role: "user", content: "When did the Berlin wall fall?" }],

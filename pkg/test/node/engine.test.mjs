@@ -112,6 +112,21 @@ test("max_tokens far below the natural reply: it closes in time and validates, n
   assert.match(err.message, /^max_tokens 3 is too few for any output guided_json accepts: the shortest takes \d+ tokens of this model$/);
 });
 
+test("a composite const takes JSON whitespace between its tokens", async () => {
+  // A +100 bias on SmolLM2's newline token (198): newlines wherever the constraint allows
+  // them, until the close as max_tokens nears.
+  const reply = await engine.chat.completions.create({
+    messages: ask("hi"),
+    guided_json: { const: { a: [1, 2] } },
+    logit_bias: { 198: 100 },
+    max_tokens: 24,
+    temperature: 0,
+  });
+  const text = reply.choices[0].message.content;
+  assert.deepEqual(JSON.parse(text), { a: [1, 2] });
+  assert.match(text, /\n/, JSON.stringify(text));
+});
+
 test("streamed guided_regex: the deltas join into a match, chunk by chunk", async () => {
   const stream = await engine.chat.completions.create({
     messages: ask("When is the meeting?"),

@@ -103,5 +103,6 @@ export function checkValidation(r, size, where) {
   if (size === "full") {
     assert.equal(r.autoWarnings?.length, 1, `${where}: ${JSON.stringify(r.autoWarnings)}`);
     assert.match(r.autoWarnings[0], /^tools\[0\] `tag`: a call to it could not be forced .*tool_choice "auto"/, where);
+    assert.deepEqual(r.namedCalls, ["add"], `${where}: a call forced by name`);
   }
 }

@@ -191,6 +191,15 @@ export async function validation(engine, size) {
   if (size === "full") {
     const reply = await engine.chat.completions.create({ messages, tools: TOOLS, max_tokens: 1 });
     out.autoWarnings = reply.warnings;
+    // A named function: one call, parallel_tool_calls left at its default.
+    const named = await engine.chat.completions.create({
+      messages: [{ role: "user", content: "Add 2." }],
+      tools: TOOLS,
+      tool_choice: { type: "function", function: { name: "add" } },
+      max_tokens: 40,
+      temperature: 0,
+    });
+    out.namedCalls = named.choices[0].message.tool_calls?.map((c) => c.function.name) ?? [];
   }
   return out;
 }
