@@ -170,25 +170,24 @@ impl GrammarClosing {
         let mut byte_preds: Vec<Vec<(u32, u8)>> = vec![Vec::new(); n];
         let mut waiting: Vec<Vec<u32>> = vec![Vec::new(); n];
         let mut caller_of_edge = vec![0u32; g.call_edges.len()];
-        for s in 0..n {
-            for c in 0..stride {
-                let t = g.trans[s * stride + c];
+        for (s, &far) in far_items.iter().enumerate() {
+            let row = &g.trans[s * stride..(s + 1) * stride];
+            for (&t, &rep) in row.iter().zip(&reps) {
                 if t != NONE {
-                    byte_preds[t as usize].push((s as u32, reps[c]));
+                    byte_preds[t as usize].push((s as u32, rep));
                 }
             }
             let (a, z) = (g.call_off[s] as usize, g.call_off[s + 1] as usize);
             for (e, &(rule, ret)) in g.call_edges[a..z].iter().enumerate() {
                 let e = (a + e) as u32;
                 caller_of_edge[e as usize] = s as u32;
-                if far_items[s] != NONE {
-                    continue;
+                if far == NONE {
+                    waiting[g.call_start[rule as usize] as usize].push(e);
+                    waiting[ret as usize].push(e);
                 }
-                waiting[g.call_start[rule as usize] as usize].push(e);
-                waiting[ret as usize].push(e);
             }
-            if far_items[s] != NONE {
-                let item_start = g.call_start[far_items[s] as usize];
+            if far != NONE {
+                let item_start = g.call_start[far as usize];
                 waiting[item_start as usize].push(u32::MAX - s as u32);
             }
         }

@@ -249,7 +249,7 @@ impl Vocabulary {
             self.trie.prefixes(&text[i..], |id, len| {
                 let rest = best[i + len].0;
                 // Ties go to the longer token: prefixes come shortest first.
-                if rest != NO_SPLIT && rest + 1 <= here.0 {
+                if rest != NO_SPLIT && rest < here.0 {
                     here = (rest + 1, id, len);
                 }
             });
