@@ -54,7 +54,7 @@ export interface EngineOptions {
   onProgress?: (p: LoadProgress) => void;
   /** Cache Storage bucket for downloaded models (default `"poot-models"`); false: no cache. */
   cache?: boolean | string;
-  /** The `.wasm` (see `loadWasm`): omitted in a page; in Node, the file's bytes. */
+  /** The `.wasm` (see `loadWasm`): omitted, the package's own (fetched in a page, read from disk in Node). */
   wasm?: WasmSource;
   /** Aborts loading. */
   signal?: AbortSignal;

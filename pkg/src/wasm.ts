@@ -14,8 +14,10 @@ import { createGlue, wasmUrl } from "../wasm/poot_instance.js";
 export type Wasm = typeof glue;
 
 /**
- * Where the `.wasm` bytes come from: omitted, `poot_bg.wasm` is fetched from next to the glue
- * (`new URL(..., import.meta.url)`, which bundlers follow); in Node pass the file's bytes.
+ * Where the `.wasm` bytes come from. Omitted, `poot_bg.wasm` next to the glue
+ * (`new URL(..., import.meta.url)`, which bundlers follow): fetched in a browser, read from
+ * disk in Node (a `file:` URL, which Node's `fetch` cannot load). Or a URL, a `Response`, the
+ * bytes, or a compiled module.
  */
 export type WasmSource = URL | string | Response | BufferSource | WebAssembly.Module;
 
@@ -29,10 +31,31 @@ function compiled(source?: WasmSource): Promise<WebAssembly.Module> {
   return compiling;
 }
 
+/** Whether this is Node (or a runtime that poses as it), where `file:` URLs are files. */
+function isNode(): boolean {
+  const proc = (globalThis as { process?: { versions?: { node?: unknown } } }).process;
+  return typeof proc?.versions?.node === "string";
+}
+
+/** A `file:` URL's bytes, through Node's `fs` (typed here: the package builds for browsers). */
+async function readFileUrl(url: URL): Promise<Uint8Array<ArrayBuffer>> {
+  // Not a literal: bundlers for the browser leave the import alone (this path is Node's).
+  const fsName = "node:fs/promises";
+  const fs = (await import(/* webpackIgnore: true */ /* @vite-ignore */ fsName)) as {
+    readFile(path: URL): Promise<Uint8Array<ArrayBuffer>>;
+  };
+  return fs.readFile(url);
+}
+
 async function compile(source: WasmSource | undefined): Promise<WebAssembly.Module> {
   if (source instanceof WebAssembly.Module) return source;
   if (source === undefined || typeof source === "string" || source instanceof URL) {
-    source = await fetch(source ?? wasmUrl());
+    const url = source === undefined ? wasmUrl() : source;
+    const href = url instanceof URL ? url.href : url;
+    if (isNode() && href.startsWith("file:")) {
+      return WebAssembly.compile(await readFileUrl(new URL(href)));
+    }
+    source = await fetch(url);
   }
   if (typeof Response === "function" && source instanceof Response) {
     if (!source.ok) throw new Error(`failed to fetch Wasm: ${source.status} ${source.statusText} fetching '${source.url}'`);

@@ -3,7 +3,8 @@
 // `poot` by name) bundled by esbuild for the browser, the wasm copied next to the bundle, and
 // the bundle run in headless Chromium: it must find the .wasm through
 // `new URL("poot_bg.wasm", import.meta.url)` and run the constraint API and the engine.
-// Prints the wasm's size, raw and gzipped.
+// A plain Node script (consumer/node.mjs) runs against the same install with no setup: the
+// package reads its own .wasm from disk. Prints the wasm's size, raw and gzipped.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -33,11 +34,11 @@ after(async () => {
   if (scratch) rmSync(scratch, { recursive: true, force: true });
 });
 
-test("npm pack ships dist, wasm and bin, and nothing else", () => {
+test("npm pack ships the README, dist, wasm and bin, and nothing else", () => {
   const out = execFileSync("npm", ["pack", "--json", "--pack-destination", scratch], { cwd: PKG, encoding: "utf8" });
   const [{ filename, files }] = JSON.parse(out);
   const paths = files.map((f) => f.path);
-  for (const needed of ["package.json", "dist/index.js", "dist/index.d.ts", "dist/constraint.js", "dist/worker.js", "dist/engine.js", "wasm/poot.js", "wasm/poot_instance.js", "wasm/poot_instance.d.ts", "wasm/poot_bg.wasm", "bin/poot.js"]) {
+  for (const needed of ["package.json", "README.md", "dist/index.js", "dist/index.d.ts", "dist/constraint.js", "dist/worker.js", "dist/engine.js", "wasm/poot.js", "wasm/poot_instance.js", "wasm/poot_instance.d.ts", "wasm/poot_bg.wasm", "bin/poot.js"]) {
     assert.ok(paths.includes(needed), `${needed} is not in the tarball`);
   }
   const stray = paths.filter((p) => !/^(package\.json|README\.md|LICENSE.*|dist\/|wasm\/|bin\/)/.test(p));
@@ -45,6 +46,16 @@ test("npm pack ships dist, wasm and bin, and nothing else", () => {
   assert.deepEqual(paths.filter((p) => p.startsWith("dist/testing.")), [], "the test-only hooks are not published");
   mkdirSync(join(scratch, "node_modules", "poot"), { recursive: true });
   execFileSync("tar", ["-xzf", join(scratch, filename), "-C", join(scratch, "node_modules", "poot"), "--strip-components=1"]);
+});
+
+test("a plain Node script importing `poot` runs with no setup, after a failed load", { timeout: 300_000 }, () => {
+  const script = join(scratch, "node-consumer.mjs");
+  copyFileSync(join(CONSUMER, "node.mjs"), script);
+  const out = execFileSync(process.execPath, [script], { cwd: scratch, encoding: "utf8", env: process.env });
+  const got = JSON.parse(out.trim().split("\n").at(-1));
+  assert.equal(typeof got.failed, "string", "the bad source was refused");
+  assert.deepEqual(got.mask, [0b010], "the constraint API: only `no`");
+  assert.ok(["yes", "no"].includes(got.answer), `the engine answered ${JSON.stringify(got.answer)}`);
 });
 
 test("an esbuild bundle importing `poot` runs in Chromium and finds its wasm by import.meta.url", { timeout: 300_000 }, async () => {
