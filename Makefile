@@ -65,7 +65,8 @@ serve-test:
 types-test:
 	@$(STAGE) types-test bash -c 'cd pkg && npx tsc -p test/types'
 
-# The package as published (npm pack), bundled by esbuild into a consumer run in Chromium.
+# The package as published (npm pack): a plain Node script using it with no setup, and a
+# consumer bundled by esbuild, Vite and webpack (production builds) run in Chromium.
 packaging-test:
 	@$(STAGE) packaging-test bash -c 'cd pkg && node --test test/packaging/'
 

@@ -4,7 +4,9 @@
 // the bundle run in headless Chromium: it must find the .wasm through
 // `new URL("poot_bg.wasm", import.meta.url)` and run the constraint API and the engine.
 // A plain Node script (consumer/node.mjs) runs against the same install with no setup: the
-// package reads its own .wasm from disk. Prints the wasm's size, raw and gzipped.
+// package reads its own .wasm from disk. The same consumer is also built for production by
+// Vite and by webpack, which emit the .wasm themselves (hashed), and each build runs in
+// Chromium. Prints the wasm's size, raw and gzipped.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -14,6 +16,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import { build } from "esbuild";
+import { build as viteBuild } from "vite";
+import webpack from "webpack";
 
 import { launch, openPage } from "../browser/chromium.mjs";
 import { startTestServer } from "../browser/pages/server.mjs";
@@ -108,4 +112,70 @@ test("an esbuild bundle importing `poot` runs in Chromium and finds its wasm by 
       `bundle: ${kib(statSync(join(out, "main.js")).size)} (${kib(gzipSync(bundle, { level: 9 }).length)} gzipped); ` +
       `files next to it: ${readdirSync(out).join(", ")}`,
   );
+});
+
+/**
+ * Runs the consumer page under `out` (served at /{name}/) in Chromium and checks what it did:
+ * the constraint API, the engine's answer, and that the wasm it fetched is `wasmPath`.
+ */
+async function runConsumer(name, out, wasmPattern) {
+  const own = await startTestServer({ extra: { [`/${name}/`]: out } });
+  try {
+    browser ??= await launch();
+    const { page, errors } = await openPage(browser.context, `${own.url}${name}/index.html`);
+    await page.waitForFunction(() => window.consumer !== undefined, null, { timeout: 60_000 });
+    const got = await page.evaluate(() => window.consumer);
+    assert.equal(got.error, undefined, got.error);
+    assert.deepEqual(got.mask, [0b010], `${name}: the constraint API: only \`no\``);
+    assert.equal(got.backend, "cpu");
+    assert.ok(["yes", "no"].includes(got.answer), `${name}: the engine answered ${JSON.stringify(got.answer)}`);
+    const fetched = own.requests.filter((r) => r.startsWith(`/${name}/`) && r.endsWith(".wasm"));
+    assert.equal(fetched.length, 1, `${name}: one wasm fetched: ${own.requests.join(" ")}`);
+    assert.match(fetched[0], wasmPattern, `${name}: the wasm the bundler emitted`);
+    assert.deepEqual(errors, []);
+  } finally {
+    await own.close();
+  }
+}
+
+test("a Vite production build importing `poot` runs in Chromium, the wasm emitted by Vite", { timeout: 300_000 }, async () => {
+  const app = join(scratch, "vite-app");
+  const out = join(scratch, "vite-out");
+  mkdirSync(app, { recursive: true });
+  copyFileSync(join(CONSUMER, "main.js"), join(app, "main.js"));
+  copyFileSync(join(CONSUMER, "index.html"), join(app, "index.html"));
+  await viteBuild({
+    root: app,
+    base: "./",
+    logLevel: "silent",
+    configFile: false,
+    build: { outDir: out, emptyOutDir: true, target: "es2022" },
+  });
+  // Vite follows new URL("poot_bg.wasm", import.meta.url) and emits the file, hashed.
+  const assets = readdirSync(join(out, "assets"));
+  assert.ok(assets.some((f) => /^poot_bg-.*\.wasm$/.test(f)), `assets: ${assets.join(", ")}`);
+  await runConsumer("vite", out, /^\/vite\/assets\/poot_bg-.*\.wasm$/);
+});
+
+test("a webpack production build importing `poot` runs in Chromium, the wasm emitted by webpack", { timeout: 300_000 }, async () => {
+  const out = join(scratch, "webpack-out");
+  const stats = await new Promise((resolve, reject) =>
+    webpack(
+      {
+        mode: "production",
+        context: scratch,
+        entry: join(CONSUMER, "main.js"),
+        resolve: { modules: [join(scratch, "node_modules")] },
+        output: { path: out, filename: "main.js", publicPath: "auto", clean: true },
+        target: "web",
+      },
+      (err, stats) => (err ? reject(err) : resolve(stats)),
+    ),
+  );
+  assert.deepEqual(stats.compilation.errors.map(String), []);
+  copyFileSync(join(CONSUMER, "index.html"), join(out, "index.html"));
+  // webpack 5 turns new URL("poot_bg.wasm", import.meta.url) into an asset of its own.
+  const wasm = readdirSync(out).filter((f) => f.endsWith(".wasm"));
+  assert.equal(wasm.length, 1, `out: ${readdirSync(out).join(", ")}`);
+  await runConsumer("webpack", out, /^\/webpack\/[0-9a-f]+\.wasm$/);
 });
