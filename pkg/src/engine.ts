@@ -26,12 +26,15 @@
 import { PootError, toPootError } from "./errors.js";
 import { createFetch, type StartedRun } from "./fetch.js";
 import { abortError, readModel, type LoadProgress, type ModelSource } from "./modelSource.js";
+import { parseCompletion, withJsonSchemas, type Infer, type StandardSchemaV1 } from "./typed.js";
 import type {
   ChatCompletion,
   ChatCompletionChunk,
   ChatCompletionCreateParams,
   ChatCompletionCreateParamsNonStreaming,
   ChatCompletionCreateParamsStreaming,
+  ParsedChatCompletion,
+  ResponseFormat,
   Completion,
   Limits,
   CompletionChunk,
@@ -114,6 +117,23 @@ export interface ChatCompletions {
   create(req: ChatCompletionCreateParamsNonStreaming, opts?: RequestOptions): Promise<ChatCompletion>;
   create(req: ChatCompletionCreateParamsStreaming, opts?: RequestOptions): Promise<AsyncIterable<ChatCompletionChunk>>;
   create(req: ChatCompletionCreateParams, opts?: RequestOptions): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>>;
+  /**
+   * One completion with each message's content `parsed`, as the `openai` SDK's `parse`: with a
+   * Standard Schema (Zod, Valibot, ArkType) as `response_format` (or as its
+   * `json_schema.schema`, or as `guided_json`), validated by the schema itself and typed by it.
+   */
+  parse<S extends StandardSchemaV1>(
+    req: Omit<ChatCompletionCreateParamsNonStreaming, "response_format" | "guided_json"> &
+      ({ response_format: S | TypedJsonSchemaFormat<S>; guided_json?: null } | { guided_json: S; response_format?: ResponseFormat | null }),
+    opts?: RequestOptions,
+  ): Promise<ParsedChatCompletion<Infer<S>>>;
+  parse(req: ChatCompletionCreateParamsNonStreaming, opts?: RequestOptions): Promise<ParsedChatCompletion<unknown>>;
+}
+
+/** `response_format` `json_schema` with a Standard Schema as its schema. */
+export interface TypedJsonSchemaFormat<S extends StandardSchemaV1> {
+  type: "json_schema";
+  json_schema: { name: string; description?: string; schema: S; strict?: boolean | null };
 }
 
 export interface Completions {
@@ -512,7 +532,12 @@ class EngineImpl implements Engine {
       vocabSize: info.nVocab,
     });
     const create = (endpoint: Endpoint) => (req: object, opts?: RequestOptions) => this.#create(endpoint, req, opts);
-    this.chat = Object.freeze({ completions: { create: create("chat") } as ChatCompletions });
+    this.chat = Object.freeze({
+      completions: {
+        create: create("chat"),
+        parse: (req: object, opts?: RequestOptions) => parseCompletion(create("chat"), req, opts),
+      } as ChatCompletions,
+    });
     this.completions = { create: create("completion") } as Completions;
     this.models = { list: async () => this.#models() };
     this.fetch = createFetch({
@@ -633,7 +658,7 @@ class EngineImpl implements Engine {
         param: "signal",
       });
     }
-    const run = await this.#start(endpoint, JSON.stringify(req), opts?.signal);
+    const run = await this.#start(endpoint, JSON.stringify(withJsonSchemas(req).body), opts?.signal);
     if (!run.stream) return run.result();
     const chunks = run.chunks();
     return { [Symbol.asyncIterator]: () => chunks };

@@ -17,7 +17,9 @@ export type {
 export { compileConstraint, loadVocabulary } from "./constraint.js";
 export type { CompileConstraintOptions, ConstraintMatcher, ConstraintRequest, ConstraintVocabulary, VocabularySource } from "./constraint.js";
 export { createEngine } from "./engine.js";
-export type { BackendInfo, ChatCompletions, Completions, CrashEvent, Engine, EngineOptions, LoadProgress, ModelSource, RecoverEvent } from "./engine.js";
+export type { BackendInfo, ChatCompletions, Completions, CrashEvent, Engine, EngineOptions, LoadProgress, ModelSource, RecoverEvent, TypedJsonSchemaFormat } from "./engine.js";
+export { isStandardSchema, toJsonSchema } from "./typed.js";
+export type { Infer, StandardJSONSchemaV1, StandardSchemaV1 } from "./typed.js";
 export type * from "./types.js";
 export { createWorkerEngine, serveEngine } from "./worker.js";
 export type { SerializedError, WorkerEngineOptions, WorkerLike, WorkerLoadOptions, WorkerReply, WorkerRequest, WorkerScope } from "./worker.js";

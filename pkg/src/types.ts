@@ -12,11 +12,20 @@
 // `finish_reason` is never null; a `CompletionChunk` here has `finish_reason: null` until
 // the last chunk of a choice, as the wire does.
 
+import type { StandardSchemaV1 } from "@standard-schema/spec";
+
 // ---------------------------------------------------------------------------------------------
 // Shared
 
 /** A JSON Schema object (`guided_json`, `response_format.json_schema.schema`, tool params). */
 export type JsonSchema = { [key: string]: unknown };
+
+/**
+ * Where a JSON Schema goes, a Standard Schema may go instead (Zod 4, ArkType, Valibot with
+ * `toStandardJsonSchema`): its library converts it (see typed.ts), and `parse` validates and
+ * types the reply with it. Not through `engine.fetch`, whose bodies are JSON.
+ */
+export type SchemaInput = JsonSchema | StandardSchemaV1;
 
 /** Token usage of a request. */
 export interface CompletionUsage {
@@ -52,7 +61,7 @@ export interface ResponseFormatJSONSchema {
   json_schema: {
     name: string;
     description?: string;
-    schema?: JsonSchema;
+    schema?: SchemaInput;
     strict?: boolean | null;
   };
 }
@@ -72,7 +81,7 @@ export interface GuidedParams {
   /** The output is derived from this GBNF grammar (llama.cpp syntax, start rule `root`). */
   guided_grammar?: string | null;
   /** The output is JSON valid under this schema (an object, or its JSON text). */
-  guided_json?: JsonSchema | string | null;
+  guided_json?: SchemaInput | string | null;
   /** Sample from the `top_k` most likely tokens (0 or -1: off). */
   top_k?: number | null;
   /** Drop tokens less likely than `min_p` times the most likely one. */
@@ -261,7 +270,7 @@ export type ChatCompletionMessageParam =
 export interface FunctionDefinition {
   name: string;
   description?: string;
-  parameters?: JsonSchema;
+  parameters?: SchemaInput;
   strict?: boolean | null;
 }
 
@@ -314,7 +323,8 @@ export interface ChatCompletionCreateParamsBase extends GuidedParams {
   n?: number | null;
   parallel_tool_calls?: boolean;
   presence_penalty?: number | null;
-  response_format?: ResponseFormat;
+  /** Or a Standard Schema itself: `response_format: z.object({...})` (named `response`). */
+  response_format?: ResponseFormat | StandardSchemaV1;
   seed?: number | null;
   stop?: string | null | Array<string>;
   stream?: boolean | null;
@@ -399,6 +409,21 @@ export interface ChatCompletion {
   step_stats?: Array<StepStats>;
 }
 
+/** A reply's message with its content parsed (`chat.completions.parse`). */
+export interface ParsedChatCompletionMessage<T> extends ChatCompletionMessage {
+  /** The content as the request's schema reads it; null without a schema or content. */
+  parsed: T | null;
+}
+
+export interface ParsedChatCompletionChoice<T> extends ChatCompletionChoice {
+  message: ParsedChatCompletionMessage<T>;
+}
+
+/** What `chat.completions.parse` returns: the completion, each message `parsed`. */
+export interface ParsedChatCompletion<T> extends ChatCompletion {
+  choices: Array<ParsedChatCompletionChoice<T>>;
+}
+
 export interface ChatCompletionChunkToolCall {
   index: number;
   id?: string;
@@ -448,7 +473,7 @@ export interface CompletionCreateParamsBase extends GuidedParams {
   max_tokens?: number | null;
   n?: number | null;
   presence_penalty?: number | null;
-  response_format?: ResponseFormat;
+  response_format?: ResponseFormat | StandardSchemaV1;
   seed?: number | null;
   stop?: string | null | Array<string>;
   stream?: boolean | null;

@@ -42,6 +42,7 @@ import {
 } from "./engine.js";
 import { PootError, toPootError } from "./errors.js";
 import { abortError, type LoadProgress } from "./modelSource.js";
+import { parseCompletion, withJsonSchemas } from "./typed.js";
 import type { ModelList } from "./types.js";
 import type { WasmSource } from "./wasm.js";
 
@@ -514,7 +515,9 @@ export async function createWorkerEngine(worker: WorkerLike | (() => WorkerLike)
         if (open) open.end();
         else reject(abortError(signal!, "the request"));
       });
-      c.start({ kind: "create", id, content: { engine: c.engineId, endpoint, request: req } }, {
+      // Schema objects (Zod, ...) cannot cross to the worker: their JSON Schemas do.
+      const request = withJsonSchemas(req).body;
+      c.start({ kind: "create", id, content: { engine: c.engineId, endpoint, request } }, {
         onReply(reply) {
           switch (reply.kind) {
             case "result":
@@ -650,7 +653,10 @@ export async function createWorkerEngine(worker: WorkerLike | (() => WorkerLike)
     },
     model: Object.freeze({ ...loaded.model }),
     chat: Object.freeze({
-      completions: { create: (req: object, o?: { signal?: AbortSignal }) => create("chat", req, o) } as ChatCompletions,
+      completions: {
+        create: (req: object, o?: { signal?: AbortSignal }) => create("chat", req, o),
+        parse: (req: object, o?: { signal?: AbortSignal }) => parseCompletion((r, p) => create("chat", r, p), req, o),
+      } as ChatCompletions,
     }),
     completions: { create: (req: object, o?: { signal?: AbortSignal }) => create("completions", req, o) } as Completions,
     models: { list: () => simple<ModelList>("models") },
