@@ -27,6 +27,7 @@ import type { Rung } from "./repair.js";
 import { retryPolicy, SYSTEM_CLOCK, withRetry } from "./retry.js";
 import type { Clock, RetryEvent, RetryPolicy } from "./retry.js";
 import type { JsonSchema } from "./schema.js";
+import { isStandardSchema, toJsonSchema, type Infer, type StandardSchemaV1 } from "../typed.js";
 import { validate, describeIssue } from "./schema.js";
 import { qualifiesForStrict, stripAddedNulls, toStrict } from "./strict.js";
 import { firstToolCall, parseTextToolCalls } from "./tools.js";
@@ -75,7 +76,11 @@ export interface ToolDefinition {
 /** A structured request. */
 export interface StructuredRequest {
   messages: readonly ChatMessage[];
-  schema: JsonSchema;
+  /**
+   * A JSON Schema, or a Standard Schema (Zod 4, ArkType, Valibot with toStandardJsonSchema):
+   * converted by its library, the result then also validated by it and typed by it.
+   */
+  schema: JsonSchema | StandardSchemaV1;
   /** The schema's name on the wire (json_schema.name): letters, digits, _ and -, up to 64. */
   name?: string;
   maxTokens?: number;
@@ -164,6 +169,7 @@ export interface RemoteClient {
   readonly model: string;
   readonly structuredDecoding: StructuredDecoding;
   readonly stats: Stats;
+  structured<S extends StandardSchemaV1>(request: StructuredRequest & { schema: S; tools?: undefined }): Promise<StructuredResult<Infer<S>>>;
   structured<T = unknown>(request: StructuredRequest & { tools?: undefined }): Promise<StructuredResult<T>>;
   structured<T = unknown>(request: StructuredRequest): Promise<StructuredResult<T> | ToolCallResult>;
   chat(request: ChatRequest): Promise<ChatResult>;
@@ -409,7 +415,8 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
 
   async function structured<T>(request: StructuredRequest): Promise<StructuredResult<T> | ToolCallResult> {
     validateMessages(request.messages);
-    const { schema } = request;
+    const standard = isStandardSchema(request.schema) ? request.schema : undefined;
+    const schema = standard ? toJsonSchema(standard, "schema") : (request.schema as JsonSchema);
     if (typeof schema !== "boolean" && (typeof schema !== "object" || schema === null || Array.isArray(schema))) {
       throw invalid("schema must be a JSON Schema (an object or a boolean)", "schema");
     }
@@ -495,6 +502,15 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
         if (issues.length > 0) {
           throw new RepairError(`the output does not match the schema: ${issues.map(describeIssue).join("; ")}`, content, issues.map(describeIssue));
         }
+      }
+      if (standard) {
+        // What its JSON Schema cannot say (a refinement), and the library's own output.
+        const checked = await standard["~standard"].validate(value);
+        if (checked.issues) {
+          const issues = checked.issues.map((i) => i.message);
+          throw new RepairError(`the output does not pass the schema's own validation: ${issues.join("; ")}`, content, issues);
+        }
+        value = checked.value;
       }
       stats.record(repaired.rung);
       return { value: value as T, mechanism, rung: repaired.rung, attempts: counter.attempts, raw: completion.content, finishReason: completion.finishReason };

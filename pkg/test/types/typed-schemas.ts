@@ -8,6 +8,7 @@ import * as v from "valibot";
 import * as z from "zod";
 
 import { createEngine, type Infer } from "../../src/index.js";
+import { createRemoteClient } from "../../src/remote/index.js";
 
 const engine = await createEngine({ model: "/model.gguf" });
 const messages = [{ role: "user" as const, content: "Describe a person." }];
@@ -56,3 +57,12 @@ await engine.chat.completions.create({
   tools: [{ type: "function", function: { name: "add", parameters: z.object({ a: z.number() }) } }],
   tool_choice: "required",
 });
+
+// The remote client's structured() types its value by the schema too.
+const remote = createRemoteClient({ baseURL: "http://127.0.0.1:8080/v1", model: "m" });
+const sr = await remote.structured({ messages, schema: Person });
+const sv: { name: string; age: number; tags?: string[] | undefined } = sr.value;
+// @ts-expect-error: `name` is a string
+const sbad: { name: number } = sr.value;
+void sv;
+void sbad;
