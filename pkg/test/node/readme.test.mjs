@@ -27,8 +27,8 @@ before(async () => {
   scratch = mkdtempSync(join(tmpdir(), "poot-readme-"));
   mkdirSync(join(scratch, "node_modules"));
   symlinkSync(PKG, join(scratch, "node_modules", "poot"));
-  // The openai client the README's example imports, from this package's dev dependencies.
-  symlinkSync(join(PKG, "node_modules", "openai"), join(scratch, "node_modules", "openai"));
+  // What the README's examples import beside poot, from this package's dev dependencies.
+  for (const dep of ["openai", "zod"]) symlinkSync(join(PKG, "node_modules", dep), join(scratch, "node_modules", dep));
   symlinkSync(process.env.POOT_REFERENCE_GGUF, join(scratch, "SmolLM2-135M-Instruct.Q4_1.gguf"));
   server = await providerServer("vllm012");
 });
@@ -40,7 +40,7 @@ after(async () => {
 test("the README has runnable examples for each use", () => {
   const runnable = blocks.filter((b) => b.startsWith("// runs in Node"));
   assert.ok(blocks.length >= 6, `${blocks.length} blocks`);
-  for (const use of ["createEngine", "engine.fetch", "compileConstraint", "createRemoteClient", "repair("]) {
+  for (const use of ["createEngine", "engine.fetch", "compileConstraint", "createRemoteClient", "repair(", "completions.parse"]) {
     assert.ok(runnable.some((b) => b.includes(use)), `no runnable example uses ${use}`);
   }
   for (const use of ["serveEngine", "createWorkerEngine"]) {

@@ -104,5 +104,7 @@ export function checkValidation(r, size, where) {
     assert.equal(r.autoWarnings?.length, 1, `${where}: ${JSON.stringify(r.autoWarnings)}`);
     assert.match(r.autoWarnings[0], /^tools\[0\] `tag`: a call to it could not be forced .*tool_choice "auto"/, where);
     assert.deepEqual(r.namedCalls, ["add"], `${where}: a call forced by name`);
+    assert.deepEqual(r.typed.parsed, JSON.parse(r.typed.content), `${where}: parse with a Zod schema`);
+    assert.equal(r.typed.valid, true, `${where}: ${r.typed.content}`);
   }
 }

@@ -200,6 +200,12 @@ export async function validation(engine, size) {
       temperature: 0,
     });
     out.namedCalls = named.choices[0].message.tool_calls?.map((c) => c.function.name) ?? [];
+    // A Zod schema as response_format, parsed (with a worker engine, converted on this side).
+    const { z } = await import("/pkg/node_modules/zod/index.js");
+    const Person = z.object({ name: z.string().min(1).max(12), age: z.number().int().min(0).max(120) });
+    const typed = await engine.chat.completions.parse({ messages: [{ role: "user", content: "Describe a person as JSON." }], response_format: Person, max_tokens: 40 });
+    const { content, parsed } = typed.choices[0].message;
+    out.typed = { content, parsed, valid: Person.safeParse(parsed).success };
   }
   return out;
 }
