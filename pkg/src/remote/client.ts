@@ -92,6 +92,12 @@ export interface StructuredRequest {
   /** Ask for a server-sent-event stream (assembled before repair). */
   stream?: boolean;
   signal?: AbortSignal;
+  /**
+   * Follow-up requests after an output that no repair makes valid (a RepairError): the reply
+   * and what was wrong with it go back as two more messages, and the model is asked again
+   * (default 0, at most 5). Not after a TruncatedError: the same max_tokens would cut it again.
+   */
+  maxRetries?: number;
 }
 
 /** A structured answer. */
@@ -106,6 +112,8 @@ export interface StructuredResult<T = unknown> {
   /** The model's text as it arrived. */
   raw: string;
   finishReason: string | null;
+  /** Follow-up requests that fed an invalid output back before this answer (`maxRetries`). */
+  reasks: number;
   toolCall?: undefined;
 }
 
@@ -179,6 +187,15 @@ export interface RemoteClient {
 }
 
 // ---- the in-memory memo, shared by every client in this realm -----------------------------
+
+/** Most follow-up requests one `structured` call may make (`maxRetries`). */
+export const MAX_REASKS = 5;
+
+/** The follow-up message after an output no repair made valid: what was wrong, and the ask. */
+function reaskMessage(error: RepairError): string {
+  const what = error.issues.length > 0 ? error.issues.map((i) => `- ${i}`).join("\n") : `- ${error.message}`;
+  return `That reply is not valid JSON for the schema:\n${what}\nReply again with only the corrected JSON.`;
+}
 
 /** How long an inconclusive probe (unreachable, cold) is remembered before probing again. */
 export const UNPROBED_RETRY_MS = 30_000;
@@ -513,19 +530,30 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
         value = checked.value;
       }
       stats.record(repaired.rung);
-      return { value: value as T, mechanism, rung: repaired.rung, attempts: counter.attempts, raw: completion.content, finishReason: completion.finishReason };
+      return { value: value as T, mechanism, rung: repaired.rung, attempts: counter.attempts, raw: completion.content, finishReason: completion.finishReason, reasks: 0 };
     }
     // Unreachable: prompt_only ends every ladder and never demotes.
     throw new PootError("the structured-output ladder is empty", { status: 500, code: "internal_error" });
   }
 
   const structuredCounted = async <T>(request: StructuredRequest) => {
-    try {
-      return await structured<T>(request);
-    } catch (error) {
-      if (error instanceof TruncatedError) stats.record("truncated");
-      else if (error instanceof RepairError) stats.record("failed");
-      throw error;
+    const retries = request.maxRetries ?? 0;
+    if (!Number.isInteger(retries) || retries < 0 || retries > MAX_REASKS) {
+      throw invalid(`maxRetries must be an integer from 0 to ${MAX_REASKS}, got ${String(retries)}`, "maxRetries");
+    }
+    let messages = request.messages;
+    for (let reasks = 0; ; reasks++) {
+      try {
+        const result = await structured<T>({ ...request, messages });
+        if (reasks > 0) stats.recordReask(true);
+        return result.toolCall ? result : { ...result, reasks };
+      } catch (error) {
+        if (error instanceof TruncatedError) stats.record("truncated");
+        else if (error instanceof RepairError) stats.record("failed");
+        if (reasks > 0 && error instanceof RepairError) stats.recordReask(false);
+        if (!(error instanceof RepairError) || reasks >= retries) throw error;
+        messages = [...request.messages, { role: "assistant", content: error.raw }, { role: "user", content: reaskMessage(error) }];
+      }
     }
   };
 

@@ -2,7 +2,7 @@
 // static import of the wasm module: importing this costs no wasm download (the grammar rung loads
 // its converter lazily, and only when it is reached).
 
-export { createRemoteClient, formatDoctor, forgetProbes, UNPROBED_RETRY_MS } from "./client.js";
+export { createRemoteClient, formatDoctor, forgetProbes, MAX_REASKS, UNPROBED_RETRY_MS } from "./client.js";
 export type {
   ChatRequest,
   ChatResult,

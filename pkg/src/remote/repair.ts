@@ -76,6 +76,13 @@ export type Outcome = "valid" | "repaired" | "truncated" | "failed";
 export class Stats {
   readonly rungs: Record<Rung, number> = Object.fromEntries(RUNGS.map((r) => [r, 0])) as Record<Rung, number>;
   readonly outcomes: Record<Outcome, number> = { valid: 0, repaired: 0, truncated: 0, failed: 0 };
+  /**
+   * Invalid outputs that were fixed, by how: `fromMemory` by repair of the text in hand (no new
+   * request), `roundTrip` by asking again with the errors fed back (`structured`'s
+   * `maxRetries`); `reasks` counts those follow-up requests, fixed or not.
+   */
+  readonly fixed = { fromMemory: 0, roundTrip: 0 };
+  reasks = 0;
 
   /** Records one repair: a rung when it succeeded, or the failure outcome. */
   record(result: Rung | "truncated" | "failed"): void {
@@ -85,6 +92,13 @@ export class Stats {
     }
     this.rungs[result]++;
     this.outcomes[result === "none" ? "valid" : "repaired"]++;
+    if (result !== "none") this.fixed.fromMemory++;
+  }
+
+  /** Records a follow-up request that fed a failure back, and whether its answer was valid. */
+  recordReask(fixed: boolean): void {
+    this.reasks++;
+    if (fixed) this.fixed.roundTrip++;
   }
 
   /** Total repairs recorded. */
@@ -94,8 +108,14 @@ export class Stats {
   }
 
   /** A plain copy, for logging or JSON. */
-  snapshot(): { rungs: Record<Rung, number>; outcomes: Record<Outcome, number>; total: number } {
-    return { rungs: { ...this.rungs }, outcomes: { ...this.outcomes }, total: this.total };
+  snapshot(): {
+    rungs: Record<Rung, number>;
+    outcomes: Record<Outcome, number>;
+    fixed: { fromMemory: number; roundTrip: number };
+    reasks: number;
+    total: number;
+  } {
+    return { rungs: { ...this.rungs }, outcomes: { ...this.outcomes }, fixed: { ...this.fixed }, reasks: this.reasks, total: this.total };
   }
 }
 

@@ -61,7 +61,9 @@ test("Stats counts rungs and outcomes", () => {
       expected[c.expect.rung === "none" ? "valid" : "repaired"]++;
     }
   }
-  assert.deepEqual(stats.snapshot(), { rungs, outcomes: expected, total: cases.length });
+  // Every repaired output was fixed from memory (no round-trip: repair() makes no request).
+  const fixed = { fromMemory: expected.repaired, roundTrip: 0 };
+  assert.deepEqual(stats.snapshot(), { rungs, outcomes: expected, fixed, reasks: 0, total: cases.length });
 });
 
 test("errors carry the raw text, finish reason and exact messages", () => {
