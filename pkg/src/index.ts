@@ -3,7 +3,7 @@ export type { Wasm, WasmSource } from "./wasm.js";
 export { PootError, toPootError } from "./errors.js";
 export { applyTokenMask, webgpuAdapter } from "./tokenMask.js";
 export type { Backend, AdapterInfo } from "./tokenMask.js";
-export { createRemoteClient, portable, repair, RemoteError, RepairError, Stats, TruncatedError } from "./remote/index.js";
+export { createRemoteClient, portable, RefusalError, repair, RemoteError, RepairError, Stats, TruncatedError } from "./remote/index.js";
 export type {
   Capabilities,
   Mechanism,

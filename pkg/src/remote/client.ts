@@ -22,7 +22,7 @@ import { wireFields } from "./mechanism.js";
 import type { Mechanism } from "./mechanism.js";
 import { detectProvider, PROVIDERS } from "./presets.js";
 import type { Provider } from "./presets.js";
-import { repair, Stats, TruncatedError, RepairError } from "./repair.js";
+import { RefusalError, repair, Stats, TruncatedError, RepairError } from "./repair.js";
 import type { Rung } from "./repair.js";
 import { retryPolicy, SYSTEM_CLOCK, withRetry } from "./retry.js";
 import type { Clock, RetryEvent, RetryPolicy } from "./retry.js";
@@ -33,7 +33,7 @@ import { qualifiesForStrict, stripAddedNulls, toStrict } from "./strict.js";
 import { firstToolCall, parseTextToolCalls } from "./tools.js";
 import type { ToolCall } from "./tools.js";
 import { getJson, sendChat } from "./transport.js";
-import type { Completion } from "./transport.js";
+import type { Completion, Usage } from "./transport.js";
 
 /** Options of {@link createRemoteClient}. */
 export interface RemoteClientOptions {
@@ -114,6 +114,9 @@ export interface StructuredResult<T = unknown> {
   finishReason: string | null;
   /** Follow-up requests that fed an invalid output back before this answer (`maxRetries`). */
   reasks: number;
+  /** The answering response's id, and its token counts when the server sent them. */
+  id: string | null;
+  usage: Usage | null;
   toolCall?: undefined;
 }
 
@@ -499,6 +502,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
         }
         throw error;
       }
+      if (completion.refusal !== null && completion.toolCalls.length === 0) throw new RefusalError(completion.refusal);
       const { toolCalls, content } = toolCallsOf(completion, request.tools);
       if (toolCalls.length > 0) {
         return {
@@ -530,7 +534,17 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
         value = checked.value;
       }
       stats.record(repaired.rung);
-      return { value: value as T, mechanism, rung: repaired.rung, attempts: counter.attempts, raw: completion.content, finishReason: completion.finishReason, reasks: 0 };
+      return {
+        value: value as T,
+        mechanism,
+        rung: repaired.rung,
+        attempts: counter.attempts,
+        raw: completion.content,
+        finishReason: completion.finishReason,
+        reasks: 0,
+        id: completion.id,
+        usage: completion.usage,
+      };
     }
     // Unreachable: prompt_only ends every ladder and never demotes.
     throw new PootError("the structured-output ladder is empty", { status: 500, code: "internal_error" });

@@ -43,6 +43,8 @@ export interface Repaired<T = unknown> {
 /** The output was cut off; raise max_tokens or ask again rather than patching it. */
 export class TruncatedError extends Error {
   readonly code = "truncated";
+  /** What to do about it: the spec's action for a cut reply. */
+  readonly action = "raise_max_tokens";
   /** The text as the model produced it. */
   readonly raw: string;
   readonly finishReason: string | null;
@@ -51,6 +53,18 @@ export class TruncatedError extends Error {
     this.name = "TruncatedError";
     this.raw = raw;
     this.finishReason = finishReason;
+  }
+}
+
+/** The model declined to answer (OpenAI's `message.refusal`): no repair or re-ask applies. */
+export class RefusalError extends Error {
+  readonly code = "refusal";
+  /** The refusal as the model wrote it. */
+  readonly refusal: string;
+  constructor(refusal: string) {
+    super(`the model refused: ${refusal}`);
+    this.name = "RefusalError";
+    this.refusal = refusal;
   }
 }
 

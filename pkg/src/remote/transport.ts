@@ -13,8 +13,34 @@ export interface Completion {
   /** Tool calls as the server returned them (not yet truncated). */
   toolCalls: ToolCall[];
   finishReason: string | null;
+  /** The model's refusal (OpenAI's `message.refusal`), when it declined to answer. */
+  refusal: string | null;
+  /** The response's id (a stream's chunks share it). */
+  id: string | null;
+  /** The token counts, when the server sent them (a stream: its usage chunk). */
+  usage: Usage | null;
   /** The response body (for a stream: the assembled chunks' last body, with content filled in). */
   body: unknown;
+}
+
+/** A response's token counts, as OpenAI-compatible servers send them. */
+export interface Usage {
+  prompt_tokens?: number;
+  completion_tokens?: number;
+  total_tokens?: number;
+  [field: string]: unknown;
+}
+
+/** `usage` of a response body or chunk, when it is an object. */
+function usageOf(body: unknown): Usage | null {
+  const u = (body as { usage?: unknown } | null)?.usage;
+  return u && typeof u === "object" && !Array.isArray(u) ? (u as Usage) : null;
+}
+
+/** `id` of a response body or chunk, when it is a string. */
+function idOf(body: unknown): string | null {
+  const id = (body as { id?: unknown } | null)?.id;
+  return typeof id === "string" ? id : null;
 }
 
 /** How to send one request. */
@@ -107,11 +133,15 @@ function fromJson(body: unknown, url: string, options: SendOptions): Completion 
   }
   const message = choice.message ?? {};
   let content = text(message.content);
-  if (content === "" && typeof message.refusal === "string") content = message.refusal;
+  const refusal = typeof message.refusal === "string" && message.refusal !== "" ? message.refusal : null;
+  if (content === "" && refusal !== null) content = refusal;
   return {
     content,
     toolCalls: toolCallsOf(message.tool_calls),
     finishReason: typeof choice.finish_reason === "string" ? choice.finish_reason : null,
+    refusal,
+    id: idOf(body),
+    usage: usageOf(body),
     body,
   };
 }
@@ -125,6 +155,9 @@ async function fromStream(response: Response, url: string, options: SendOptions)
   let data: string[] = [];
   let content = "";
   let finishReason: string | null = null;
+  let refusal = "";
+  let id: string | null = null;
+  let usage: Usage | null = null;
   let done = false;
   let last: unknown = null;
   const calls = new Map<number, { id: string; name: string; arguments: string }>();
@@ -149,11 +182,14 @@ async function fromStream(response: Response, url: string, options: SendOptions)
     const error = bodyError(chunk, url, options);
     if (error) throw error;
     last = chunk;
+    id ??= idOf(chunk);
+    usage = usageOf(chunk) ?? usage;
     const choice = (chunk as { choices?: unknown[] })?.choices?.[0] as
-      | { delta?: { content?: unknown; tool_calls?: unknown }; finish_reason?: unknown }
+      | { delta?: { content?: unknown; tool_calls?: unknown; refusal?: unknown }; finish_reason?: unknown }
       | undefined;
     if (!choice) return;
     content += text(choice.delta?.content);
+    if (typeof choice.delta?.refusal === "string") refusal += choice.delta.refusal;
     if (Array.isArray(choice.delta?.tool_calls)) {
       for (const part of choice.delta.tool_calls as { index?: number; id?: string; function?: { name?: string; arguments?: string } }[]) {
         const index = typeof part.index === "number" ? part.index : 0;
@@ -196,7 +232,8 @@ async function fromStream(response: Response, url: string, options: SendOptions)
   const toolCalls = [...calls.entries()]
     .sort(([a], [b]) => a - b)
     .map(([i, c]) => ({ id: c.id || `call_${i}`, type: "function" as const, function: { name: c.name, arguments: c.arguments } }));
-  return { content, toolCalls, finishReason, body: last };
+  if (content === "" && refusal !== "") content = refusal;
+  return { content, toolCalls, finishReason, refusal: refusal || null, id, usage, body: last };
 }
 
 /** POSTs one chat completion request; throws a classified RemoteError on any failure. */
