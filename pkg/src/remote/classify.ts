@@ -178,6 +178,23 @@ export function isDemotion(error: RemoteError, sent: Mechanism): boolean {
   return namesConstraintField(error.message, error.param, [...FIELDS[sent], ...(sent === "json_schema" ? ["strict"] : [])]);
 }
 
+/**
+ * What a rejection of a constrained request means at request time, where the request differs
+ * from a plain one only by its constraint field (the spec: a permanent 4xx there means the
+ * server does not take the field): `remembered`, the next rung, and the mechanism demoted for
+ * the key for good (a bare 4xx, or one naming the field); `request`, the next rung for this
+ * request only (a complaint about this schema, or OpenAI's json_object asking for the word
+ * "json" in the prompt: other requests may pass); `null`, not about the field (auth, not
+ * found, a body too large, a context overflow, transient failures, cancellations), the error
+ * stands. Constrained decoding is never the reason a run fails.
+ */
+export function demotionOf(error: RemoteError, sent: Mechanism): "remembered" | "request" | null {
+  if (sent === "prompt_only" || error.kind !== "permanent") return null;
+  if ([401, 403, 404, 413].includes(error.status)) return null;
+  if (isInvalidSchemaMessage(error.message) || /contain the word\W+json/i.test(error.message)) return "request";
+  return "remembered";
+}
+
 /** Whether a json_schema refusal is about `strict: true` only (retry non-strict before demoting). */
 export function isStrictRefusal(error: RemoteError): boolean {
   return error.kind === "permanent" && /\bstrict\b/i.test(error.message) && !isInvalidSchemaMessage(error.message);

@@ -4,7 +4,7 @@
 //
 //   structured(request)
 //     -> capabilities (probe, memoised per (provider, endpoint, model); off/tools -> prompt_only)
-//     -> for each mechanism on the ladder: send (retry policy); a refusal naming the field demotes
+//     -> for each mechanism on the ladder: send (retry policy); a permanent 4xx demotes
 //        it for the key and the next rung is tried; any other failure is returned as it is
 //     -> repair(content, schema) -> { value, mechanism, rung, attempts, raw }
 
@@ -13,7 +13,7 @@ import type { CapabilityCache } from "./cache.js";
 import { directoryCache } from "./cache.js";
 import { runProbe, whySelected, zeroCapabilities, PROBE_TIMEOUT_MS } from "./capabilities.js";
 import type { Capabilities } from "./capabilities.js";
-import { isDemotion, isStrictRefusal, RemoteError } from "./classify.js";
+import { demotionOf, isDemotion, isStrictRefusal, RemoteError } from "./classify.js";
 import { jsonInstruction, normalizeDecoding, stopSequences, withInstruction } from "./decoding.js";
 import type { ChatMessage, StructuredDecoding } from "./decoding.js";
 import { GbnfUnavailableError, wasmGbnf } from "./gbnf.js";
@@ -496,10 +496,9 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
           i--;
           continue;
         }
-        if (isDemotion(error, mechanism)) {
-          await demote(mechanism, error.message);
-          continue;
-        }
+        const demotion = demotionOf(error, mechanism);
+        if (demotion === "remembered") await demote(mechanism, error.message);
+        if (demotion !== null) continue;
         throw error;
       }
       if (completion.refusal !== null && completion.toolCalls.length === 0) throw new RefusalError(completion.refusal);

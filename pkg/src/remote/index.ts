@@ -18,7 +18,7 @@ export { directoryCache, indexedDBCache, localStorageCache } from "./cache.js";
 export type { CapabilityCache } from "./cache.js";
 export { PROBE_MAX_TOKENS, PROBE_PROMPT, PROBE_SCHEMA, PROBE_TIMEOUT_MS, probeBody, runProbe, zeroCapabilities } from "./capabilities.js";
 export type { Capabilities, CandidateResult, Demotion, Verdict } from "./capabilities.js";
-export { classifyResponse, classifyThrown, isDemotion, RemoteError, retryAfterMs } from "./classify.js";
+export { classifyResponse, classifyThrown, demotionOf, isDemotion, RemoteError, retryAfterMs } from "./classify.js";
 export type { ErrorClass } from "./classify.js";
 export { JSON_STOP_SEQUENCES, jsonInstruction, normalizeDecoding } from "./decoding.js";
 export type { ChatMessage, StructuredDecoding } from "./decoding.js";

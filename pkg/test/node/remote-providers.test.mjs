@@ -243,14 +243,12 @@ test("a server that changes its mind ten minutes later: demoted at request time,
   }
 });
 
-test("no demotion on 401, 404, 413, context overflow, an invalid-schema 400 or the json-word 400", async () => {
+test("no demotion on 401, 404, 413 or a context overflow: the error stands", async () => {
   const cases = [
     [error(401, "Incorrect API key provided", { code: "invalid_api_key" }), "permanent"],
     [error(404, "The model `m` does not exist", { code: "model_not_found" }), "permanent"],
     [error(413, "request entity too large for response_format"), "permanent"],
     [error(400, "This model's maximum context length is 4096 tokens.", { code: "context_length_exceeded" }), "context_overflow"],
-    [error(400, "Invalid schema for response_format 'output': In context=(), 'required' is required to be supplied", { param: "response_format" }), "permanent"],
-    [error(400, "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'.", { param: "response_format" }), "permanent"],
   ];
   for (const [reply, kind] of cases) {
     let armed = false;
@@ -273,6 +271,49 @@ test("no demotion on 401, 404, 413, context overflow, an invalid-schema 400 or t
     } finally {
       await server.close();
     }
+  }
+});
+
+test("a schema complaint or the json-word 400 moves this request down the ladder, and is not remembered", async () => {
+  const complaint = error(400, "Invalid schema for response_format 'output': In context=(), 'required' is required to be supplied", { param: "response_format" });
+  const jsonWord = error(400, "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'.", { param: "response_format" });
+  // The first refuses json_schema only; the second json_object too, each rung its own way.
+  for (const refusals of [{ json_schema: complaint }, { json_schema: complaint, json_object: jsonWord }]) {
+    let armed = false;
+    const server = await providerServer("openai", {
+      override: (r) => (armed && r.method === "POST" ? refusals[r.body.response_format?.type] ?? null : null),
+    });
+    try {
+      const client = createRemoteClient({ baseURL: server.url, model: "m", provider: "openai" });
+      await client.probe();
+      armed = true;
+      const result = await client.structured({ messages: ASK, schema: PERSON });
+      assert.ok(!(result.mechanism in refusals), `${result.mechanism} after ${Object.keys(refusals)}`);
+      const caps = await client.probe();
+      assert.deepEqual(caps.demotions, [], "a complaint about this request is not remembered");
+      assert.equal(caps.ladder[0], "json_schema");
+    } finally {
+      await server.close();
+    }
+  }
+});
+
+test("a bare 400 to a constrained request demotes its field for good; the call still answers", async () => {
+  let armed = false;
+  const server = await providerServer("vllm012", {
+    override: (r) => (armed && r.method === "POST" && r.body.response_format?.type === "json_schema" ? { status: 400, text: "Bad Request" } : null),
+  });
+  try {
+    const client = createRemoteClient({ baseURL: server.url, model: "m" });
+    assert.equal((await client.probe()).ladder[0], "json_schema");
+    armed = true;
+    const result = await client.structured({ messages: ASK, schema: PERSON });
+    assert.notEqual(result.mechanism, "json_schema");
+    const caps = await client.probe();
+    assert.ok(!caps.ladder.includes("json_schema"), JSON.stringify(caps.ladder));
+    assert.equal(caps.demotions.at(-1).mechanism, "json_schema");
+  } finally {
+    await server.close();
   }
 });
 
