@@ -2,6 +2,7 @@
 // `npx poot doctor --base-url URL --model NAME [--json]`: which constrained-decoding mechanism an
 // OpenAI-compatible endpoint really enforces, and why. Exit status: 0 reachable, 1 unreachable,
 // 2 usage error.
+import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 
 import { createRemoteClient, formatDoctor } from "../dist/remote/index.js";
@@ -15,6 +16,8 @@ const USAGE = `usage: poot doctor --base-url URL --model NAME [options]
   --structured-decoding M    auto (default) or off
   --cache-dir DIR            read and write DIR/capabilities.json
   --fresh                    probe again even if a result is cached
+  --schema FILE              also check a JSON Schema (a .json file) for constructs outside the
+                             portable subset: some servers do not enforce them
   --timeout-ms MS            per-request limit (the probe is also held to 20 s)
   --json                     print the report as JSON
   -h, --help                 this text
@@ -37,6 +40,7 @@ try {
       "structured-decoding": { type: "string" },
       "cache-dir": { type: "string" },
       fresh: { type: "boolean" },
+      schema: { type: "string" },
       "timeout-ms": { type: "string" },
       json: { type: "boolean" },
       help: { type: "boolean", short: "h" },
@@ -71,6 +75,14 @@ try {
   fail(error.message);
 }
 
-const report = await client.doctor({ force: values.fresh === true });
+let schema;
+if (values.schema !== undefined) {
+  try {
+    schema = JSON.parse(readFileSync(values.schema, "utf8"));
+  } catch (error) {
+    fail(`--schema ${values.schema}: ${error.message}`);
+  }
+}
+const report = await client.doctor({ force: values.fresh === true, schema });
 process.stdout.write(values.json ? `${JSON.stringify(report, null, 2)}\n` : formatDoctor(report));
 process.exit(report.reachable ? 0 : 1);

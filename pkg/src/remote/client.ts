@@ -13,6 +13,7 @@ import type { CapabilityCache } from "./cache.js";
 import { directoryCache } from "./cache.js";
 import { runProbe, whySelected, zeroCapabilities, PROBE_TIMEOUT_MS } from "./capabilities.js";
 import type { Capabilities } from "./capabilities.js";
+import { portable, type Portability } from "./portable.js";
 import { demotionOf, isDemotion, isStrictRefusal, RemoteError } from "./classify.js";
 import { jsonInstruction, normalizeDecoding, stopSequences, withInstruction } from "./decoding.js";
 import type { ChatMessage, StructuredDecoding } from "./decoding.js";
@@ -114,6 +115,12 @@ export interface StructuredResult<T = unknown> {
   finishReason: string | null;
   /** Follow-up requests that fed an invalid output back before this answer (`maxRetries`). */
   reasks: number;
+  /**
+   * The schema's constructs outside the portable subset ({@link portable}): they constrain on
+   * some servers and silently not on others. Reported the first time this client sees the
+   * schema, empty after.
+   */
+  warnings: string[];
   /** The answering response's id, and its token counts when the server sent them. */
   id: string | null;
   usage: Usage | null;
@@ -171,6 +178,8 @@ export interface DoctorReport {
   strict: boolean;
   candidates: Capabilities["candidates"];
   demotions: Capabilities["demotions"];
+  /** With a `schema` option: the constructs outside the portable subset. */
+  portability?: Portability;
 }
 
 /** A client for one (endpoint, model). */
@@ -186,7 +195,8 @@ export interface RemoteClient {
   chat(request: ChatRequest): Promise<ChatResult>;
   /** The endpoint's capabilities; never throws, never takes longer than the probe limit. */
   probe(options?: { signal?: AbortSignal; force?: boolean }): Promise<Capabilities>;
-  doctor(options?: { signal?: AbortSignal; force?: boolean }): Promise<DoctorReport>;
+  /** What the endpoint enforces; with `schema`, also that schema's portability findings. */
+  doctor(options?: { signal?: AbortSignal; force?: boolean; schema?: JsonSchema }): Promise<DoctorReport>;
 }
 
 // ---- the in-memory memo, shared by every client in this realm -----------------------------
@@ -541,6 +551,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
         raw: completion.content,
         finishReason: completion.finishReason,
         reasks: 0,
+        warnings: [],
         id: completion.id,
         usage: completion.usage,
       };
@@ -559,7 +570,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
       try {
         const result = await structured<T>({ ...request, messages });
         if (reasks > 0) stats.recordReask(true);
-        return result.toolCall ? result : { ...result, reasks };
+        return result.toolCall ? result : { ...result, reasks, warnings: portabilityWarnings(request.schema) };
       } catch (error) {
         if (error instanceof TruncatedError) stats.record("truncated");
         else if (error instanceof RepairError) stats.record("failed");
@@ -584,7 +595,17 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
     return { content, toolCalls, finishReason: completion.finishReason, attempts: counter.attempts, body: completion.body };
   }
 
-  async function doctor(opts: { signal?: AbortSignal; force?: boolean } = {}): Promise<DoctorReport> {
+  /** Schemas whose portability this client has reported (their JSON text). */
+  const reported = new Set<string>();
+  const portabilityWarnings = (schema: JsonSchema | StandardSchemaV1): string[] => {
+    const json = isStandardSchema(schema) ? toJsonSchema(schema, "schema") : schema;
+    const key = JSON.stringify(json);
+    if (reported.has(key)) return [];
+    reported.add(key);
+    return portable(json).issues.map((i) => `schema ${i.path}: ${i.message} (outside the portable subset: some servers do not enforce it)`);
+  };
+
+  async function doctor(opts: { signal?: AbortSignal; force?: boolean; schema?: JsonSchema } = {}): Promise<DoctorReport> {
     const started = clock.now();
     const seen = await getJson(fetcher, join(endpoint, "models"), headers, Math.min(timeoutMs, 10_000), opts.signal);
     const ms = Math.max(0, Math.round(clock.now() - started));
@@ -614,6 +635,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
       strict: caps.strict,
       candidates: caps.candidates,
       demotions: caps.demotions,
+      ...(opts.schema === undefined ? {} : { portability: portable(opts.schema) }),
     };
   }
 
@@ -652,5 +674,9 @@ export function formatDoctor(report: DoctorReport): string {
     for (const c of report.candidates) lines.push(`  ${c.mechanism.padEnd(19)}${c.verdict.padEnd(11)}${c.detail}`);
   }
   for (const d of report.demotions) lines.push(`demoted    ${d.mechanism} at request time: ${d.reason}`);
+  if (report.portability) {
+    lines.push(`portable   ${report.portability.portable ? "yes: every construct constrains on every local server" : "no"}`);
+    for (const i of report.portability.issues) lines.push(`  ${i.path} ${i.keyword}: ${i.message}`);
+  }
   return lines.join("\n") + "\n";
 }

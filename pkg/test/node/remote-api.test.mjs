@@ -3,6 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -270,5 +271,35 @@ test("npx poot doctor: text, --json, unreachable exit 1, usage errors exit 2", a
     return true;
   });
   await assert.rejects(run(process.execPath, [bin, "doctor", "--model", "m"]), (e) => e.code === 2 && e.stderr.startsWith("poot: --base-url is required\n"));
+  await assert.rejects(run(process.execPath, [bin, "doctor", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--schema", "/nonexistent.json"]), (e) => e.code === 2 && e.stderr.startsWith("poot: --schema /nonexistent.json: "));
   await assert.rejects(run(process.execPath, [bin, "fix"]), (e) => e.code === 2 && e.stderr.startsWith('poot: unknown command "fix"\n'));
+});
+
+test("portability: structured() reports a schema's non-portable constructs once, doctor with a schema too", async () => {
+  const schema = { type: "object", properties: { id: { type: "string", pattern: "^[a-z]+$" }, n: { type: "number", multipleOf: 0.5 } }, required: ["id"] };
+  const server = await providerServer("vllm012");
+  const dir = mkdtempSync(join(tmpdir(), "poot-doctor-"));
+  try {
+    const client = createRemoteClient({ baseURL: server.url, model: "fake-model" });
+    const first = await client.structured({ messages: [{ role: "user", content: "x" }], schema });
+    const want = portable(schema).issues;
+    assert.ok(want.length >= 2, JSON.stringify(want));
+    assert.equal(first.warnings.length, want.length);
+    for (const [i, issue] of want.entries()) assert.ok(first.warnings[i].startsWith(`schema ${issue.path}: ${issue.message}`), first.warnings[i]);
+    const second = await client.structured({ messages: [{ role: "user", content: "y" }], schema });
+    assert.deepEqual(second.warnings, [], "once per schema");
+    const clean = await client.structured({ messages: [{ role: "user", content: "z" }], schema: { type: "object", properties: { a: { type: "integer" } } } });
+    assert.deepEqual(clean.warnings, []);
+    const report = await client.doctor({ schema });
+    assert.deepEqual(report.portability, portable(schema));
+    assert.match(formatDoctor(report), /\nportable   no\n {2}\S+ pattern: /);
+    const file = join(dir, "schema.json");
+    writeFileSync(file, JSON.stringify(schema));
+    const bin = new URL("../../bin/poot.js", import.meta.url).pathname;
+    const text = await run(process.execPath, [bin, "doctor", "--base-url", server.url, "--model", "fake-model", "--schema", file]);
+    assert.match(text.stdout, /\nportable   no\n/);
+  } finally {
+    await server.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
