@@ -384,14 +384,21 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
     if (opts.signal?.aborted) return Promise.resolve(zeroCapabilities(provider, endpoint, model, "the probe was canceled"));
     const entry = memo.get(key);
     const now = clock.now();
-    if (!opts.force && entry) {
-      if (entry.pending) return raceSignal(entry.pending, opts.signal, () => zeroCapabilities(provider, endpoint, model, "the probe was canceled"));
-      if (entry.caps && now < entry.expires) return Promise.resolve(entry.caps);
-    }
-    const pending = fresh(opts.force === true).then((caps) => {
+    const store = (caps: Capabilities) => {
       memo.set(key, { caps, expires: caps.probed ? Number.POSITIVE_INFINITY : clock.now() + UNPROBED_RETRY_MS });
       return caps;
-    });
+    };
+    if (!opts.force && entry) {
+      if (entry.caps && now < entry.expires) return Promise.resolve(entry.caps);
+      if (entry.caps) {
+        // An inconclusive probe, due again: probed in the background, never on a caller's path
+        // a second time; callers go on with what the first one found meanwhile.
+        if (!entry.pending) memo.set(key, { ...entry, pending: fresh(false).then(store) });
+        return Promise.resolve(entry.caps);
+      }
+      if (entry.pending) return raceSignal(entry.pending, opts.signal, () => zeroCapabilities(provider, endpoint, model, "the probe was canceled"));
+    }
+    const pending = fresh(opts.force === true).then(store);
     memo.set(key, { pending, expires: 0 });
     return raceSignal(pending, opts.signal, () => zeroCapabilities(provider, endpoint, model, "the probe was canceled"));
   };
