@@ -77,6 +77,22 @@ test("a structured call returns a value that validates", async () => {
   assert.equal(result.attempts, 1);
 });
 
+test("a Zod schema on the real server: its JSON Schema enforced, the value its parse, with the response id and usage; a cut reply says raise_max_tokens", async () => {
+  const { z } = await import("zod");
+  const Person = z.object({ name: z.string().max(24), age: z.number().int(), pet: z.enum(["cat", "dog", "none"]) });
+  const client = createRemoteClient({ baseURL: baseURL(), model: MODEL, provider: "llamacpp" });
+  const result = await client.structured({ messages: ASK, schema: Person, maxTokens: 96, temperature: 0, maxRetries: 1 });
+  assert.equal(result.mechanism, "json_schema");
+  assert.equal(Person.safeParse(result.value).success, true, JSON.stringify(result.value));
+  assert.equal(typeof result.id, "string");
+  assert.ok(result.usage.completion_tokens > 0 && result.usage.prompt_tokens > 0, JSON.stringify(result.usage));
+  await assert.rejects(client.structured({ messages: ASK, schema: Person, maxTokens: 3, temperature: 0 }), (e) => {
+    assert.ok(e instanceof TruncatedError, String(e));
+    assert.equal(e.action, "raise_max_tokens");
+    return true;
+  });
+});
+
 /** A proxy in front of the server that can start refusing response_format, as some gateways do. */
 async function refusingProxy(upstream) {
   const state = { refuse: false, refused: 0 };
