@@ -26,7 +26,7 @@
 import { PootError, toPootError } from "./errors.js";
 import { createFetch, type StartedRun } from "./fetch.js";
 import { abortError, readModel, type LoadProgress, type ModelSource } from "./modelSource.js";
-import { parseCompletion, withJsonSchemas, type Infer, type StandardSchemaV1 } from "./typed.js";
+import { parseCompletion, withJsonSchemas, type Infer, type PartialParse, type StandardSchemaV1 } from "./typed.js";
 import type {
   ChatCompletion,
   ChatCompletionChunk,
@@ -121,7 +121,15 @@ export interface ChatCompletions {
    * One completion with each message's content `parsed`, as the `openai` SDK's `parse`: with a
    * Standard Schema (Zod, Valibot, ArkType) as `response_format` (or as its
    * `json_schema.schema`, or as `guided_json`), validated by the schema itself and typed by it.
+   * With `stream: true` (and `n` 1): an AsyncIterable of the value as it is being written
+   * (fields already written are final), ending with the whole, validated.
    */
+  parse<S extends StandardSchemaV1>(
+    req: Omit<ChatCompletionCreateParamsStreaming, "response_format" | "guided_json"> &
+      ({ response_format: S | TypedJsonSchemaFormat<S>; guided_json?: null } | { guided_json: S; response_format?: ResponseFormat | null }),
+    opts?: RequestOptions,
+  ): Promise<AsyncIterable<PartialParse<Infer<S>>>>;
+  parse(req: ChatCompletionCreateParamsStreaming, opts?: RequestOptions): Promise<AsyncIterable<PartialParse<unknown>>>;
   parse<S extends StandardSchemaV1>(
     req: Omit<ChatCompletionCreateParamsNonStreaming, "response_format" | "guided_json"> &
       ({ response_format: S | TypedJsonSchemaFormat<S>; guided_json?: null } | { guided_json: S; response_format?: ResponseFormat | null }),

@@ -19,7 +19,8 @@ export type { CompileConstraintOptions, ConstraintMatcher, ConstraintRequest, Co
 export { createEngine } from "./engine.js";
 export type { BackendInfo, ChatCompletions, Completions, CrashEvent, Engine, EngineOptions, LoadProgress, ModelSource, RecoverEvent, TypedJsonSchemaFormat } from "./engine.js";
 export { isStandardSchema, toJsonSchema } from "./typed.js";
-export type { Infer, StandardJSONSchemaV1, StandardSchemaV1 } from "./typed.js";
+export type { Infer, PartialParse, StandardJSONSchemaV1, StandardSchemaV1 } from "./typed.js";
+export { parsePartialJson } from "./partial.js";
 export type * from "./types.js";
 export { createWorkerEngine, serveEngine } from "./worker.js";
 export type { SerializedError, WorkerEngineOptions, WorkerLike, WorkerLoadOptions, WorkerReply, WorkerRequest, WorkerScope } from "./worker.js";

@@ -10,7 +10,8 @@
 import type { StandardJSONSchemaV1, StandardSchemaV1 } from "@standard-schema/spec";
 
 import { PootError } from "./errors.js";
-import type { ChatCompletion, ParsedChatCompletion, ParsedChatCompletionMessage } from "./types.js";
+import { parsePartialJson } from "./partial.js";
+import type { ChatCompletion, ChatCompletionChunk, ParsedChatCompletion, ParsedChatCompletionMessage } from "./types.js";
 
 export type { StandardJSONSchemaV1, StandardSchemaV1 };
 
@@ -125,23 +126,67 @@ type Create = (req: object, opts?: { signal?: AbortSignal }) => Promise<unknown>
  * JSON-parsed under a plain JSON Schema (`guided_json`, `response_format` `json_schema` or
  * `json_object`), or null without one. As the `openai` SDK's `parse`.
  */
-export async function parseCompletion(create: Create, req: object, opts?: { signal?: AbortSignal }): Promise<ParsedChatCompletion<unknown>> {
-  if ((req as { stream?: unknown }).stream) {
-    throw new PootError("parse returns one whole completion: stream must be false (stream with create)", {
-      status: 400,
-      code: "invalid_input",
-      param: "stream",
-    });
-  }
+export async function parseCompletion(
+  create: Create,
+  req: object,
+  opts?: { signal?: AbortSignal },
+): Promise<ParsedChatCompletion<unknown> | AsyncIterable<PartialParse<unknown>>> {
   const { body, schema } = withJsonSchemas(req);
-  const fields = body as SchemaFields;
+  const fields = body as SchemaFields & { stream?: unknown; n?: unknown };
   const rfType = (fields.response_format as { type?: unknown } | undefined)?.type;
   const json = fields.guided_json != null || rfType === "json_schema" || rfType === "json_object";
+  const read = async (content: string) => (schema ? await parseWith(schema, content) : json ? JSON.parse(content) : null);
+  if (fields.stream) {
+    if (fields.n != null && fields.n !== 1) {
+      throw new PootError("a streamed parse follows one choice: n must be 1", { status: 400, code: "invalid_input", param: "n" });
+    }
+    return partialStream((await create(body, opts)) as AsyncIterable<ChatCompletionChunk>, read);
+  }
   const completion = (await create(body, opts)) as ChatCompletion;
   for (const choice of completion.choices) {
     const message = choice.message as ParsedChatCompletionMessage<unknown>;
     const content = message.content;
-    message.parsed = content === null ? null : schema ? await parseWith(schema, content) : json ? JSON.parse(content) : null;
+    message.parsed = content === null ? null : await read(content);
   }
   return completion as ParsedChatCompletion<unknown>;
+}
+
+/** One item of a streamed `parse`: the value as it is being written, then the whole. */
+export interface PartialParse<T> {
+  /** The content so far. */
+  content: string;
+  /**
+   * The value so far (parsePartialJson): fields already written are final, the one being
+   * written grows; on the last item, the parsed value.
+   */
+  partial: unknown;
+  /** The last item only: the whole reply, validated by the schema and typed by it. */
+  parsed: T | null;
+  done: boolean;
+  /** The last item only: the choice's finish_reason. */
+  finish_reason: string | null;
+}
+
+/** A chunk stream as partial values: one item each time the value grows, then the whole. */
+async function* partialStream(
+  chunks: AsyncIterable<ChatCompletionChunk>,
+  read: (content: string) => Promise<unknown>,
+): AsyncGenerator<PartialParse<unknown>, void, undefined> {
+  let content = "";
+  let finish: string | null = null;
+  let shown = "";
+  for await (const chunk of chunks) {
+    for (const choice of chunk.choices) {
+      content += choice.delta?.content ?? "";
+      finish = choice.finish_reason ?? finish;
+    }
+    const partial = parsePartialJson(content);
+    const key = JSON.stringify(partial) ?? "";
+    if (partial !== undefined && key !== shown) {
+      shown = key;
+      yield { content, partial, parsed: null, done: false, finish_reason: null };
+    }
+  }
+  const parsed = await read(content);
+  yield { content, partial: parsed, parsed, done: true, finish_reason: finish };
 }

@@ -79,7 +79,7 @@ test("what the JSON Schema cannot say is still checked: a refinement that fails 
   });
 });
 
-test("a schema without a JSON Schema converter is a 400 naming its field; parse does not stream", async () => {
+test("a schema without a JSON Schema converter is a 400 naming its field", async () => {
   const bare = v.object({ name: v.string() });
   await assert.rejects(engine.chat.completions.parse({ messages, response_format: bare }), (e) => {
     assert.equal(e.status, 400);
@@ -87,11 +87,37 @@ test("a schema without a JSON Schema converter is a 400 naming its field; parse 
     assert.match(e.message, /toStandardJsonSchema\(\) from @valibot\/to-json-schema/);
     return true;
   });
-  await assert.rejects(engine.chat.completions.parse({ messages, response_format: libraries.zod, stream: true }), (e) => {
-    assert.equal(e.param, "stream");
-    return true;
-  });
   // Without a schema, parsed is null; under json_object, the parsed JSON.
   const text = await engine.chat.completions.parse({ messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
   assert.equal(text.choices[0].message.parsed, null);
+});
+
+test("a streamed parse yields the value as it is written, then the whole, validated", async () => {
+  const Story = z.object({ title: z.string().max(30), lines: z.array(z.string().max(40)).min(1).max(3) });
+  const stream = await engine.chat.completions.parse({
+    messages: [{ role: "user", content: "A very short poem as JSON." }],
+    response_format: Story,
+    stream: true,
+    max_tokens: 60,
+    seed: 2,
+  });
+  const items = [];
+  for await (const item of stream) items.push(item);
+  const last = items.at(-1);
+  assert.equal(last.done, true);
+  assert.equal(Story.safeParse(last.parsed).success, true, last.content);
+  assert.deepEqual(last.parsed, JSON.parse(last.content));
+  assert.ok(items.length > 3, `${items.length} items`);
+  // Each partial value is a prefix of the final one: what is written is final.
+  for (const item of items.slice(0, -1)) {
+    assert.equal(item.done, false);
+    assert.ok(last.content.startsWith(item.content));
+    const { title, lines } = item.partial;
+    if (title !== undefined) assert.ok(last.parsed.title.startsWith(title), JSON.stringify(item.partial));
+    for (const [i, line] of (lines ?? []).entries()) {
+      const final = last.parsed.lines[i];
+      assert.ok(i < lines.length - 1 ? line === final : final.startsWith(line), JSON.stringify(item.partial));
+    }
+  }
+  await assert.rejects(engine.chat.completions.parse({ messages, response_format: Story, stream: true, n: 2 }), (e) => e.param === "n");
 });
