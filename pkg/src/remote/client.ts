@@ -14,6 +14,7 @@ import { directoryCache } from "./cache.js";
 import { runProbe, whySelected, zeroCapabilities, PROBE_TIMEOUT_MS } from "./capabilities.js";
 import type { Capabilities } from "./capabilities.js";
 import { portable, type Portability } from "./portable.js";
+import { parsePartialJson } from "../partial.js";
 import { demotionOf, isDemotion, isStrictRefusal, RemoteError } from "./classify.js";
 import { jsonInstruction, normalizeDecoding, stopSequences, withInstruction } from "./decoding.js";
 import type { ChatMessage, StructuredDecoding } from "./decoding.js";
@@ -193,6 +194,14 @@ export interface RemoteClient {
   structured<T = unknown>(request: StructuredRequest & { tools?: undefined }): Promise<StructuredResult<T>>;
   structured<T = unknown>(request: StructuredRequest): Promise<StructuredResult<T> | ToolCallResult>;
   chat(request: ChatRequest): Promise<ChatResult>;
+  /**
+   * `structured` over a stream: the value as it is being written (fields already written are
+   * final within an attempt), then the result. Each HTTP attempt (a retry, the next rung of the
+   * ladder, a re-ask) starts over: its items carry a higher `attempt`, and a consumer shows the
+   * newest attempt's value.
+   */
+  streamStructured<S extends StandardSchemaV1>(request: StructuredRequest & { schema: S }): AsyncIterable<StructuredPartial<Infer<S>>>;
+  streamStructured<T = unknown>(request: StructuredRequest): AsyncIterable<StructuredPartial<T>>;
   /** The endpoint's capabilities; never throws, never takes longer than the probe limit. */
   probe(options?: { signal?: AbortSignal; force?: boolean }): Promise<Capabilities>;
   /** What the endpoint enforces; with `schema`, also that schema's portability findings. */
@@ -200,6 +209,68 @@ export interface RemoteClient {
 }
 
 // ---- the in-memory memo, shared by every client in this realm -----------------------------
+
+/** Called as each HTTP attempt starts; what it returns hears that attempt's text as it grows. */
+type OnAttempt = () => ((text: string) => void) | undefined;
+
+/** One item of {@link RemoteClient.streamStructured}. */
+export type StructuredPartial<T> =
+  | { done: false; attempt: number; partial: unknown; text: string }
+  | { done: true; attempt: number; result: StructuredResult<T> | ToolCallResult };
+
+/** Runs `run` with a stream, turning each attempt's growing text into partial values. */
+async function* streamStructured<T>(
+  run: (request: StructuredRequest, onAttempt: OnAttempt) => Promise<StructuredResult<T> | ToolCallResult>,
+  request: StructuredRequest,
+): AsyncGenerator<StructuredPartial<T>, void, undefined> {
+  const queue: StructuredPartial<T>[] = [];
+  let wake: (() => void) | undefined;
+  let attempt = 0;
+  const push = (item: StructuredPartial<T>) => {
+    queue.push(item);
+    wake?.();
+  };
+  const onAttempt: OnAttempt = () => {
+    const mine = ++attempt;
+    let shown = "";
+    return (text) => {
+      let partial: unknown;
+      try {
+        partial = parsePartialJson(text);
+      } catch {
+        return; // not JSON (prose before it, a fence): repair reads it at the end
+      }
+      const key = JSON.stringify(partial) ?? "";
+      if (partial === undefined || key === shown) return;
+      shown = key;
+      push({ done: false, attempt: mine, partial, text });
+    };
+  };
+  let failed: { error: unknown } | undefined;
+  let finished = false;
+  run({ ...request, stream: true }, onAttempt).then(
+    (result) => push({ done: true, attempt, result }),
+    (error) => {
+      failed = { error };
+      wake?.();
+    },
+  ).finally(() => {
+    finished = true;
+    wake?.();
+  });
+  for (;;) {
+    const item = queue.shift();
+    if (item) {
+      yield item;
+      if (item.done) return;
+      continue;
+    }
+    if (failed) throw failed.error;
+    if (finished && queue.length === 0) return;
+    await new Promise<void>((resolve) => (wake = resolve));
+    wake = undefined;
+  }
+}
 
 /** Most follow-up requests one `structured` call may make (`maxRetries`). */
 export const MAX_REASKS = 5;
@@ -315,6 +386,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
     counter: { attempts: number },
     signal?: AbortSignal,
     deadline?: number,
+    onAttempt?: () => ((text: string) => void) | undefined,
   ): Promise<Completion> =>
     withRetry(
       () =>
@@ -327,6 +399,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
           timeoutMs: deadline === undefined ? timeoutMs : Math.max(1, Math.min(timeoutMs, deadline - clock.now())),
           now: clock.now,
           sent,
+          onText: onAttempt?.(),
         }),
       { policy, clock, signal, deadline, onRetry: options.onRetry, counter },
     );
@@ -450,7 +523,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
     return { toolCalls: firstToolCall(parsed.toolCalls), content: parsed.content };
   };
 
-  async function structured<T>(request: StructuredRequest): Promise<StructuredResult<T> | ToolCallResult> {
+  async function structured<T>(request: StructuredRequest, onAttempt?: OnAttempt): Promise<StructuredResult<T> | ToolCallResult> {
     validateMessages(request.messages);
     const standard = isStandardSchema(request.schema) ? request.schema : undefined;
     const schema = standard ? toJsonSchema(standard, "schema") : (request.schema as JsonSchema);
@@ -502,7 +575,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
       };
       let completion: Completion;
       try {
-        completion = await send(body, mechanism, counter, request.signal);
+        completion = await send(body, mechanism, counter, request.signal, undefined, onAttempt);
       } catch (error) {
         if (!(error instanceof RemoteError)) throw error;
         error.attempts = counter.attempts;
@@ -567,7 +640,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
     throw new PootError("the structured-output ladder is empty", { status: 500, code: "internal_error" });
   }
 
-  const structuredCounted = async <T>(request: StructuredRequest) => {
+  const structuredCounted = async <T>(request: StructuredRequest, onAttempt?: OnAttempt) => {
     const retries = request.maxRetries ?? 0;
     if (!Number.isInteger(retries) || retries < 0 || retries > MAX_REASKS) {
       throw invalid(`maxRetries must be an integer from 0 to ${MAX_REASKS}, got ${String(retries)}`, "maxRetries");
@@ -575,7 +648,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
     let messages = request.messages;
     for (let reasks = 0; ; reasks++) {
       try {
-        const result = await structured<T>({ ...request, messages });
+        const result = await structured<T>({ ...request, messages }, onAttempt);
         if (reasks > 0) stats.recordReask(true);
         return result.toolCall ? result : { ...result, reasks, warnings: portabilityWarnings(request.schema) };
       } catch (error) {
@@ -652,7 +725,8 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
     model,
     structuredDecoding,
     stats,
-    structured: structuredCounted as RemoteClient["structured"],
+    structured: ((request: StructuredRequest) => structuredCounted(request)) as RemoteClient["structured"],
+    streamStructured: ((request: StructuredRequest) => streamStructured(structuredCounted, request)) as RemoteClient["streamStructured"],
     chat,
     probe,
     doctor,

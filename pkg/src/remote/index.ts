@@ -10,6 +10,7 @@ export type {
   RemoteClient,
   RemoteClientOptions,
   StructuredRequest,
+  StructuredPartial,
   StructuredResult,
   ToolCallResult,
   ToolDefinition,

@@ -54,6 +54,8 @@ export interface SendOptions {
   now: () => number;
   /** The mechanism whose fields the body carries (for classing a 5xx that names them). */
   sent: Mechanism;
+  /** A stream's text so far, each time a content delta arrives. */
+  onText?: (text: string) => void;
 }
 
 /** Runs `work` with a signal that aborts on the caller's signal or after `timeoutMs`; says which. */
@@ -188,7 +190,9 @@ async function fromStream(response: Response, url: string, options: SendOptions)
       | { delta?: { content?: unknown; tool_calls?: unknown; refusal?: unknown }; finish_reason?: unknown }
       | undefined;
     if (!choice) return;
-    content += text(choice.delta?.content);
+    const delta = text(choice.delta?.content);
+    content += delta;
+    if (delta !== "") options.onText?.(content);
     if (typeof choice.delta?.refusal === "string") refusal += choice.delta.refusal;
     if (Array.isArray(choice.delta?.tool_calls)) {
       for (const part of choice.delta.tool_calls as { index?: number; id?: string; function?: { name?: string; arguments?: string } }[]) {

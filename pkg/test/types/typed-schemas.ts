@@ -66,3 +66,11 @@ const sv: { name: string; age: number; tags?: string[] | undefined } = sr.value;
 const sbad: { name: number } = sr.value;
 void sv;
 void sbad;
+
+// streamStructured: partials, then a result whose value is typed by the schema.
+for await (const item of remote.streamStructured({ messages, schema: Person })) {
+  if (item.done && item.result.toolCall === undefined) {
+    const v: { name: string; age: number; tags?: string[] | undefined } = item.result.value;
+    void v;
+  }
+}
