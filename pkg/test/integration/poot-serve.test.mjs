@@ -117,6 +117,8 @@ test("a reply that reaches max_tokens still closes and validates (streamed too)"
   const body = {
     messages: [{ role: "user", content: "Tell me a very long story as JSON." }],
     max_tokens: 12,
+    // Greedy: the model's own reply runs past 12 tokens (a sampled one may end sooner).
+    temperature: 0,
     response_format: { type: "json_schema", json_schema: { name: "story", schema } },
   };
   const out = await client.chat.completions.create(body);
