@@ -720,7 +720,7 @@ impl Run {
         chunks: &mut Vec<Value>,
     ) -> Result<()> {
         let c = self.current;
-        let token = self.steer(token)?;
+        let token = self.advance_steered(token)?;
         let choice = &mut self.choices[c];
         if self.req.stream && !choice.started {
             choice.started = true;
@@ -730,11 +730,9 @@ impl Run {
             step.token = token;
         }
         choice.count += 1;
-        let ends = match choice.matcher.as_mut() {
-            Some(m) => {
-                m.advance(token)?;
-                m.is_finished()
-            }
+        // The matcher has taken the token already (advance_steered).
+        let ends = match choice.matcher.as_ref() {
+            Some(m) => m.is_finished(),
             None => self.stop_ids.contains(&token),
         };
         if let (true, Some(logits)) = (self.req.logprobs, logits) {
@@ -821,48 +819,44 @@ impl Run {
             && self.req.tool_choice != ToolChoice::None
     }
 
-    /// The token to take for the sampled `token`: the next of the close being followed, if
-    /// one is; else `token` itself, unless the output after it could no longer be completed
-    /// within the tokens left after it; then the close starts here: a shortest completion's
-    /// fewest tokens, which fit (each accepted token left the output closable in the tokens
-    /// then left), and are followed to their end whatever later states' own closes would be.
-    fn steer(&mut self, token: TokenId) -> Result<TokenId> {
+    /// Advances the current choice's matcher by the token to take for the sampled `token`,
+    /// and returns that token: the next of the close being followed, if one is; else `token`
+    /// itself, unless the output after it could no longer be completed within the tokens left
+    /// after it; then the close starts here: a shortest completion's fewest tokens, which fit
+    /// (each accepted token left the output closable in the tokens then left), and are
+    /// followed to their end whatever later states' own closes would be. One advance per
+    /// step, a rollback only where the token is replaced.
+    fn advance_steered(&mut self, token: TokenId) -> Result<TokenId> {
         let c = self.current;
         let left = self.max_tokens.saturating_sub(self.choices[c].count + 1);
         let vocab = &self.engine.vocab;
         let choice = &mut self.choices[c];
-        if let Some(next) = choice.close_path.pop() {
-            return Ok(next);
-        }
         let Some(m) = choice.matcher.as_mut() else {
             return Ok(token);
         };
-        if vocab.is_eos(token) || !m.is_allowed(token) {
-            return Ok(token);
+        if let Some(next) = choice.close_path.pop() {
+            m.advance(next)?;
+            return Ok(next);
         }
         m.advance(token)?;
-        let fits = match close_plan(m, vocab, left) {
-            Close::Fits | Close::Unknown => true,
-            Close::Path(p) => p.len() <= left,
-            Close::TooLong => false,
-        };
-        m.rollback(1)?;
-        if fits {
+        if closes_within(m, vocab, left) {
             return Ok(token);
         }
-        match close_path(m, vocab) {
-            Some(mut path) if !path.is_empty() => {
-                choice.closed = true;
-                if let Some(step) = self.steps.last_mut().filter(|_| self.req.step_stats) {
-                    step.closing = true;
-                }
-                path.reverse();
-                let first = path.pop().expect("not empty");
-                choice.close_path = path;
-                Ok(first)
-            }
-            _ => Ok(token),
+        m.rollback(1)?;
+        let Some(mut path) = close_path(m, vocab).filter(|p| !p.is_empty()) else {
+            // No close is known from here: nothing to steer onto.
+            m.advance(token)?;
+            return Ok(token);
+        };
+        choice.closed = true;
+        if let Some(step) = self.steps.last_mut().filter(|_| self.req.step_stats) {
+            step.closing = true;
         }
+        path.reverse();
+        let first = path.pop().expect("not empty");
+        choice.close_path = path;
+        m.advance(first)?;
+        Ok(first)
     }
 
     /// Feeds the tokens that spell the bytes the constraint forces next, all but the last
@@ -893,17 +887,13 @@ impl Run {
         for t in tokens {
             let choice = &mut self.choices[c];
             let m = choice.matcher.as_mut().expect("checked above");
-            if !m.is_allowed(t) {
+            // A token the output refuses (its split disagrees with the model's) leaves the
+            // matcher as it was: the forced run ends there. One advance, not a check and one.
+            if m.advance(t).is_err() {
                 break;
             }
-            m.advance(t)?;
             let left = self.max_tokens.saturating_sub(choice.count + 1);
-            let fits = match close_plan(m, &self.engine.vocab, left) {
-                Close::Fits | Close::Unknown => true,
-                Close::Path(p) => p.len() <= left,
-                Close::TooLong => false,
-            };
-            if !fits {
+            if !closes_within(m, &self.engine.vocab, left) {
                 m.rollback(1)?;
                 break;
             }
@@ -1204,15 +1194,29 @@ fn close_plan(m: &Matcher, vocab: &Vocabulary, budget: usize) -> Close {
     if len > (budget as u64).saturating_mul(longest) {
         return Close::TooLong;
     }
-    match close_path(m, vocab) {
+    match close_tokens(m, vocab, len) {
         Some(path) => Close::Path(path),
         None => Close::Unknown,
     }
 }
 
+/// Whether `m`'s output can still close within `left` tokens (also when no close is known:
+/// then nothing can be steered).
+fn closes_within(m: &Matcher, vocab: &Vocabulary, left: usize) -> bool {
+    match close_plan(m, vocab, left) {
+        Close::Fits | Close::Unknown => true,
+        Close::Path(p) => p.len() <= left,
+        Close::TooLong => false,
+    }
+}
+
 /// The fewest tokens that write a shortest completion of `m`'s output.
 fn close_path(m: &Matcher, vocab: &Vocabulary) -> Option<Vec<TokenId>> {
-    let len = m.closing_len()?;
+    close_tokens(m, vocab, m.closing_len()?)
+}
+
+/// The fewest tokens that write a shortest completion of `len` bytes (`m.closing_len()`).
+fn close_tokens(m: &Matcher, vocab: &Vocabulary, len: u64) -> Option<Vec<TokenId>> {
     m.closing_bytes(usize::try_from(len).ok()?)
         .and_then(|bytes| vocab.fewest_tokens(&bytes))
 }
