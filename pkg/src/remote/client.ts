@@ -523,6 +523,15 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
     return { toolCalls: firstToolCall(parsed.toolCalls), content: parsed.content };
   };
 
+  /** Schemas whose portability this client has reported (their JSON text). */
+  const reported = new Set<string>();
+  const portabilityWarnings = (schema: JsonSchema): string[] => {
+    const key = JSON.stringify(schema);
+    if (reported.has(key)) return [];
+    reported.add(key);
+    return portable(schema).issues.map((i) => `schema ${i.path}: ${i.message} (outside the portable subset: some servers do not enforce it)`);
+  };
+
   async function structured<T>(request: StructuredRequest, onAttempt?: OnAttempt): Promise<StructuredResult<T> | ToolCallResult> {
     validateMessages(request.messages);
     const standard = isStandardSchema(request.schema) ? request.schema : undefined;
@@ -631,7 +640,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
         raw: completion.content,
         finishReason: completion.finishReason,
         reasks: 0,
-        warnings: [],
+        warnings: portabilityWarnings(schema),
         id: completion.id,
         usage: completion.usage,
       };
@@ -650,7 +659,7 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
       try {
         const result = await structured<T>({ ...request, messages }, onAttempt);
         if (reasks > 0) stats.recordReask(true);
-        return result.toolCall ? result : { ...result, reasks, warnings: portabilityWarnings(request.schema) };
+        return result.toolCall ? result : { ...result, reasks };
       } catch (error) {
         if (error instanceof TruncatedError) stats.record("truncated");
         else if (error instanceof RepairError) stats.record("failed");
@@ -674,16 +683,6 @@ export function createRemoteClient(options: RemoteClientOptions): RemoteClient {
     const { toolCalls, content } = toolCallsOf(completion, request.tools);
     return { content, toolCalls, finishReason: completion.finishReason, attempts: counter.attempts, body: completion.body };
   }
-
-  /** Schemas whose portability this client has reported (their JSON text). */
-  const reported = new Set<string>();
-  const portabilityWarnings = (schema: JsonSchema | StandardSchemaV1): string[] => {
-    const json = isStandardSchema(schema) ? toJsonSchema(schema, "schema") : schema;
-    const key = JSON.stringify(json);
-    if (reported.has(key)) return [];
-    reported.add(key);
-    return portable(json).issues.map((i) => `schema ${i.path}: ${i.message} (outside the portable subset: some servers do not enforce it)`);
-  };
 
   async function doctor(opts: { signal?: AbortSignal; force?: boolean; schema?: JsonSchema } = {}): Promise<DoctorReport> {
     const started = clock.now();
