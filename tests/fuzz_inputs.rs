@@ -1526,7 +1526,8 @@ fn mutate_gbnf(rng: &mut Rng, text: &str) -> String {
 /// must agree with `advance` (an allowed token advances, any other is refused), with the
 /// output's end (EOS allowed exactly when the output is complete), with the forced bytes
 /// (every allowed token agrees with them), and, after a rollback, with the mask computed at
-/// that position before. A `limit_exceeded` step ends the case cleanly.
+/// that position before; at the end, its shortest completion must complete the output. A
+/// `limit_exceeded` step ends the case cleanly.
 fn drive_grammar(
     compiled: Compiled,
     vocab: &Arc<Vocabulary>,
@@ -1632,9 +1633,43 @@ fn drive_grammar(
             "the matcher and Grammar::matches disagree on {:?}",
             String::from_utf8_lossy(&out)
         );
+        // The length-safe close, as a run follows it: a shortest completion of the length
+        // the matcher reports, split into the fewest tokens, each one allowed, ending on a
+        // complete output. Its steps are under the grammar's work budget, as a run's are
+        // (`Grammar::matches` has none, and an ambiguous grammar makes it exponential).
+        if let Some(len) = m.closing_len() {
+            if let Some(close) = m.closing_bytes(CLOSE_CHECK_BYTES) {
+                assert_eq!(close.len() as u64, len, "the close's length");
+                let path = vocab
+                    .fewest_tokens(&close)
+                    .expect("byte tokens write any close");
+                let mut end = m.clone();
+                for &t in &path {
+                    match end.advance(t) {
+                        Ok(()) => {}
+                        Err(e) if e.is_limit_exceeded() => return Ok(()),
+                        Err(e) => panic!(
+                            "the close {:?} of {:?} is refused: {e}",
+                            String::from_utf8_lossy(&close),
+                            String::from_utf8_lossy(&out)
+                        ),
+                    }
+                }
+                assert!(
+                    end.is_accepting(),
+                    "the close {:?} does not complete",
+                    String::from_utf8_lossy(&close)
+                );
+            } else {
+                assert!(len > CLOSE_CHECK_BYTES as u64, "no close of {len} bytes");
+            }
+        }
     }
     Ok(())
 }
+
+/// Longest close the gbnf target follows (a counted repetition's close can be megabytes).
+const CLOSE_CHECK_BYTES: usize = 512;
 
 /// Compiles a grammar as a request's `guided_grammar` and drives its matcher: a compile error
 /// must name the field, and everything is bounded by the harness.
