@@ -45,7 +45,7 @@ lint:
 	@$(STAGE) fmt cargo fmt --check
 	@$(STAGE) clippy-core cargo clippy --all-targets -- -D warnings
 	@$(STAGE) clippy-features cargo clippy --all-targets --features gpu,cli -- -D warnings
-	@$(STAGE) clippy-wasm32 cargo clippy --target $(WASM_TARGET) --features gpu -- -D warnings
+	@$(STAGE) clippy-wasm32 cargo clippy --target $(WASM_TARGET) --features gpu --lib --example wasm_boundary -- -D warnings
 
 # Every Rust test, with the GPU tests on lavapipe and the shader validation. The core's own
 # tests need no feature (plain `cargo test`); clippy-core above already builds them so.

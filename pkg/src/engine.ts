@@ -418,7 +418,7 @@ class LocalRun implements StartedRun {
         await yieldNow();
       }
       if (this.#stop) call(() => this.#run.cancel());
-      else if (!this.stream) this.#response = JSON.parse(call(() => this.#run.response())) as object;
+      else if (!this.stream) this.#response = call(() => this.#run.response()) as object;
     } catch (e) {
       this.#error = inst.fromWasm(e);
     } finally {

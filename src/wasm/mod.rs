@@ -11,26 +11,27 @@ use crate::error::Error;
 mod constraint;
 mod engine;
 
+#[wasm_bindgen]
+extern "C" {
+    /// A JS `Error` with the fields the TypeScript layer reads; wasm-bindgen writes the
+    /// setters, so no property is set by name through `Reflect`.
+    #[wasm_bindgen(extends = js_sys::Error)]
+    type ErrorWithCode;
+    #[wasm_bindgen(method, setter = code)]
+    fn set_code(this: &ErrorWithCode, code: &str);
+    #[wasm_bindgen(method, setter = param)]
+    fn set_param(this: &ErrorWithCode, param: &JsValue);
+    #[wasm_bindgen(method, setter = status)]
+    fn set_status(this: &ErrorWithCode, status: u16);
+}
+
 /// Turns a crate error into a JS `Error` with `code`, `param` and `status` properties.
 fn to_js_error(error: Error) -> JsValue {
-    let js = js_sys::Error::new(error.message());
-    let set = |key: &str, value: JsValue| {
-        // Setting a property on a fresh Error object cannot fail.
-        let _ = js_sys::Reflect::set(&js, &JsValue::from_str(key), &value);
-    };
-    set("code", JsValue::from_str(error.code()));
-    set(
-        "param",
-        error.param().map_or(JsValue::NULL, JsValue::from_str),
-    );
-    set(
-        "status",
-        JsValue::from_f64(if error.is_client_error() {
-            400.0
-        } else {
-            500.0
-        }),
-    );
+    let js: ErrorWithCode = js_sys::Error::new(error.message()).unchecked_into();
+    js.set_code(error.code());
+    // `null`, not `undefined`, when no field is to blame (OpenAI's error body has `param: null`).
+    js.set_param(&error.param().map_or(JsValue::NULL, JsValue::from_str));
+    js.set_status(crate::api::error_status(&error));
     js.into()
 }
 
@@ -44,18 +45,11 @@ pub fn check_limits(text: &str) -> Result<(), JsValue> {
         .map_err(to_js_error)
 }
 
-/// Installs a panic hook that reports the panic message on the console, once, at load.
+/// Installs the panic hook once, at load: the panic message and the JS stack go to
+/// `console.error`. `onPanic` adds a callback after it.
 #[wasm_bindgen(start)]
 fn start() {
-    std::panic::set_hook(Box::new(|info| {
-        web_log(&format!("poot: internal error (a Rust panic): {info}"));
-    }));
-}
-
-#[wasm_bindgen]
-extern "C" {
-    #[wasm_bindgen(js_namespace = console, js_name = error)]
-    fn web_log(message: &str);
+    console_error_panic_hook::set_once();
 }
 
 /// CPU twin of the GPU kernel: masks `logits` in place (disallowed -> -Infinity) and returns

@@ -80,6 +80,11 @@ test("in a page, CPU: a panic fails the request, the engine restarts from Cache 
   assert.equal(out.crashesAtEnd, 2);
   assert.deepEqual(out.allEvents.map((e) => e.kind), ["crash", "recover", "crash", "recover"]);
   assert.equal(modelRequests() - requestsBefore, 1, "the model was downloaded once, never again for a restart");
+  // console_error_panic_hook: the panic message, then the JS stack.
+  assert.ok(
+    errors.some((e) => /debugPanic: a deliberate panic\n\nStack:\n\n.*Error/s.test(e)),
+    `the panic and its stack on the console: ${JSON.stringify(errors)}`,
+  );
   assert.deepEqual(errors.filter((e) => !panicNoise(e)), [], "no other console errors");
   console.log(`CPU page: restart ${out.events[1].ms.toFixed(0)} ms (model from ${out.events[1].modelFrom}); crash to the next answer ${out.crashToAnswerMs.toFixed(0)} ms; promise panic restart ${out.allEvents[3].ms.toFixed(0)} ms`);
 });

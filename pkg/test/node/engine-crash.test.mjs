@@ -54,12 +54,20 @@ test("a panic during a CPU step rejects the requests in flight; the engine resta
     fetched.push(String(args[0]));
     return realFetch(...args);
   };
+  // The panic hook (console_error_panic_hook) writes the message and the JS stack.
+  const realConsoleError = console.error;
+  const logged = [];
+  console.error = (...args) => logged.push(args.join(" "));
   try {
     armDebugPanic(engine);
     const t0 = performance.now();
     const failing = engine.chat.completions.create({ messages: [{ role: "user", content: "hi" }] });
     const queued = engine.completions.create({ prompt: "queued before the crash", max_tokens: 2 });
     const err = await rejection(failing);
+    console.error = realConsoleError;
+    const hook = logged.find((l) => l.includes("debugPanic: a deliberate panic"));
+    assert.ok(hook, `the panic on the console: ${JSON.stringify(logged)}`);
+    assert.match(hook, /^panicked at src\/wasm\/engine\.rs:\d+:\d+:\ndebugPanic: a deliberate panic\n\nStack:\n\n.*Error/s);
     assert.ok(err instanceof PootError);
     assert.equal(err.code, "engine_crashed");
     assert.equal(err.status, 500);
@@ -97,6 +105,7 @@ test("a panic during a CPU step rejects the requests in flight; the engine resta
     assert.deepEqual(fetched, []);
   } finally {
     globalThis.fetch = realFetch;
+    console.error = realConsoleError;
   }
   await engine.unload();
   assert.equal((await rejection(engine.completions.create({ prompt: "x" }))).code, "engine_unloaded");
