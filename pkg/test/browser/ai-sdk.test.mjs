@@ -1,7 +1,8 @@
 // The Vercel AI SDK provider (poot/ai-sdk) in Chromium: the real `ai` package, zod and the
 // package bundled by esbuild into one module, as an app would ship them. A page runs the
 // scenarios of test/ai-sdk-scenarios.mjs on the CPU engine; a second page loads the model in a
-// Web Worker through createPoot's `worker` option with progress, and streams an object.
+// Web Worker through createPoot's `worker` option with progress, and streams an object; and the
+// repository's example page (examples/ai-sdk/) is built and run.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
@@ -10,6 +11,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 
+import { buildExample } from "../../../examples/ai-sdk/build.mjs";
 import { checkAiSdk } from "../ai-sdk-scenarios.mjs";
 import { launch, openPage } from "./chromium.mjs";
 import { PAGE } from "./pages/setup.mjs";
@@ -33,6 +35,7 @@ before(async () => {
   assert.deepEqual(result.errors, []);
   // The bundle finds the wasm as `new URL("poot_bg.wasm", import.meta.url)`: next to it.
   copyFileSync(fileURLToPath(new URL("../../wasm/poot_bg.wasm", import.meta.url)), join(gen, "poot_bg.wasm"));
+  await buildExample(join(gen, "example"));
   server = await startTestServer({ extra: { "/gen-ai/": gen } });
   browser = await launch();
 });
@@ -94,4 +97,21 @@ test("in a page, the model in a Web Worker (createPoot's worker option): progres
   assert.equal(out.backend, "cpu");
   assert.deepEqual(errors, [], "no console errors");
   console.log(`Chromium worker: ${out.progress.length} progress events; ${out.partials.length} partials; ${JSON.stringify(out.final)}, ${JSON.stringify(out.whole)}`);
+});
+
+test("examples/ai-sdk: the page builds, loads the model in its worker and streams a valid object", { timeout: 5 * 60_000 }, async () => {
+  const { page, errors } = await openPage(browser.context, `${server.url}gen-ai/example/index.html?model=/model.gguf`);
+  await page.waitForFunction(() => window.result !== undefined, null, { timeout: 4 * 60_000 });
+  const { object, error } = await page.evaluate(() => window.result);
+  const shown = JSON.parse(await page.textContent("#out"));
+  const status = await page.textContent("#status");
+  await page.close();
+  assert.equal(error, undefined, error);
+  assert.equal(typeof object.name, "string", JSON.stringify(object));
+  assert.equal(typeof object.city, "string", JSON.stringify(object));
+  assert.ok(Number.isInteger(object.age) && object.age >= 0 && object.age <= 150, JSON.stringify(object));
+  assert.deepEqual(shown, object, "the page shows the final object");
+  assert.match(status, /^ready: .* on cpu$/);
+  assert.deepEqual(errors, [], "no console errors");
+  console.log(`examples/ai-sdk: ${JSON.stringify(object)}`);
 });

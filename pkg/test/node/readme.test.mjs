@@ -28,7 +28,9 @@ before(async () => {
   mkdirSync(join(scratch, "node_modules"));
   symlinkSync(PKG, join(scratch, "node_modules", "poot"));
   // What the README's examples import beside poot, from this package's dev dependencies.
-  for (const dep of ["openai", "zod"]) symlinkSync(join(PKG, "node_modules", dep), join(scratch, "node_modules", dep));
+  for (const dep of ["openai", "zod", "ai"]) symlinkSync(join(PKG, "node_modules", dep), join(scratch, "node_modules", dep));
+  mkdirSync(join(scratch, "node_modules", "@ai-sdk"));
+  symlinkSync(join(PKG, "node_modules", "@ai-sdk", "provider"), join(scratch, "node_modules", "@ai-sdk", "provider"));
   symlinkSync(process.env.POOT_REFERENCE_GGUF, join(scratch, "SmolLM2-135M-Instruct.Q4_1.gguf"));
   server = await providerServer("vllm012");
 });
@@ -40,7 +42,7 @@ after(async () => {
 test("the README has runnable examples for each use", () => {
   const runnable = blocks.filter((b) => b.startsWith("// runs in Node"));
   assert.ok(blocks.length >= 6, `${blocks.length} blocks`);
-  for (const use of ["createEngine", "engine.fetch", "compileConstraint", "createRemoteClient", "repair(", "completions.parse"]) {
+  for (const use of ["createEngine", "engine.fetch", "compileConstraint", "createRemoteClient", "repair(", "completions.parse", "poot/ai-sdk"]) {
     assert.ok(runnable.some((b) => b.includes(use)), `no runnable example uses ${use}`);
   }
   for (const use of ["serveEngine", "createWorkerEngine"]) {

@@ -42,7 +42,7 @@ test("npm pack ships the README, dist, wasm and bin, and nothing else", () => {
   const out = execFileSync("npm", ["pack", "--json", "--pack-destination", scratch], { cwd: PKG, encoding: "utf8" });
   const [{ filename, files }] = JSON.parse(out);
   const paths = files.map((f) => f.path);
-  for (const needed of ["package.json", "README.md", "dist/index.js", "dist/index.d.ts", "dist/constraint.js", "dist/worker.js", "dist/engine.js", "wasm/poot.js", "wasm/poot_instance.js", "wasm/poot_instance.d.ts", "wasm/poot_bg.wasm", "bin/poot.js"]) {
+  for (const needed of ["package.json", "README.md", "dist/index.js", "dist/index.d.ts", "dist/constraint.js", "dist/worker.js", "dist/engine.js", "dist/ai-sdk.js", "dist/ai-sdk.d.ts", "wasm/poot.js", "wasm/poot_instance.js", "wasm/poot_instance.d.ts", "wasm/poot_bg.wasm", "bin/poot.js"]) {
     assert.ok(paths.includes(needed), `${needed} is not in the tarball`);
   }
   const stray = paths.filter((p) => !/^(package\.json|README\.md|LICENSE.*|dist\/|wasm\/|bin\/)/.test(p));
@@ -50,6 +50,15 @@ test("npm pack ships the README, dist, wasm and bin, and nothing else", () => {
   assert.deepEqual(paths.filter((p) => p.startsWith("dist/testing.")), [], "the test-only hooks are not published");
   mkdirSync(join(scratch, "node_modules", "poot"), { recursive: true });
   execFileSync("tar", ["-xzf", join(scratch, filename), "-C", join(scratch, "node_modules", "poot"), "--strip-components=1"]);
+  // `ai` and `@ai-sdk/provider` are optional peers: the plain API needs neither (the consumers
+  // below run with neither installed), and only poot/ai-sdk imports them.
+  const manifest = JSON.parse(readFileSync(join(scratch, "node_modules", "poot", "package.json"), "utf8"));
+  assert.deepEqual(Object.keys(manifest.dependencies ?? {}), ["@standard-schema/spec"]);
+  assert.deepEqual(manifest.peerDependenciesMeta, { "@ai-sdk/provider": { optional: true }, ai: { optional: true } });
+  assert.equal(manifest.exports["./ai-sdk"].default, "./dist/ai-sdk.js");
+  const imports = (file) => [...readFileSync(join(scratch, "node_modules", "poot", "dist", file), "utf8").matchAll(/from "([^".][^"]*)"/g)].map((m) => m[1]);
+  assert.deepEqual(imports("index.js"), [], "the main entry imports no other package");
+  assert.deepEqual(imports("ai-sdk.js"), ["@ai-sdk/provider"]);
 });
 
 test("a plain Node script importing `poot` runs with no setup, after a failed load", { timeout: 300_000 }, () => {
