@@ -114,6 +114,7 @@ export async function runAiSdkScenarios({ createPoot, engine }) {
   at = mark();
   const short = await generateText({
     model,
+    system: "You count in English words.",
     prompt: "Count from one to twenty.",
     maxOutputTokens: 5,
     temperature: 0.7,
@@ -227,6 +228,10 @@ export function checkAiSdk(out, assert, where) {
   assert.equal(set.rawFinishReason, "length", where);
   assert.equal(set.usage.outputTokens, 5, `${where}: ${JSON.stringify(set.usage)}`);
   const sent = set.requests[0];
+  assert.deepEqual(sent.messages, [
+    { role: "system", content: "You count in English words." },
+    { role: "user", content: "Count from one to twenty." },
+  ]);
   assert.deepEqual(
     { max_tokens: sent.max_tokens, temperature: sent.temperature, top_p: sent.top_p, top_k: sent.top_k, seed: sent.seed, stop: sent.stop },
     { max_tokens: 5, temperature: 0.7, top_p: 0.9, top_k: 40, seed: 7, stop: ["twenty"] },
