@@ -413,7 +413,7 @@ mod tests {
     }
 
     fn allowed_bytes(m: &Matcher) -> Vec<TokenId> {
-        let mask = m.mask();
+        let mask = m.mask().unwrap();
         (0..256u32)
             .filter(|&t| mask.is_allowed(t as usize))
             .collect()

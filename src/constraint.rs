@@ -638,13 +638,13 @@ impl Matcher {
         Ok(())
     }
 
-    /// The tokens allowed next, as a new [`TokenMask`].
-    pub fn mask(&self) -> TokenMask {
+    /// The tokens allowed next, as a new [`TokenMask`]; the errors of [`Matcher::fill_mask`]
+    /// (a grammar step past [`Limits::grammar_step_work`] is `limit_exceeded`).
+    pub fn mask(&self) -> Result<TokenMask> {
         let n = self.constraint.vocab.len();
         let mut words = vec![0u32; words_for(n)];
-        self.fill_mask(&mut words)
-            .expect("the mask has the vocabulary's length");
-        TokenMask::from_words(words, n).expect("the mask has the vocabulary's length")
+        self.fill_mask(&mut words)?;
+        TokenMask::from_words(words, n)
     }
 
     /// The common checks of `token`: the next DFA state, the end of the output, or (for the
@@ -1029,15 +1029,15 @@ mod tests {
         );
         let c = Arc::new(Constraint::new(Dfa::new("ab?").unwrap(), vocab));
         let mut m = Matcher::new(c);
-        let before = m.mask();
+        let before = m.mask().unwrap();
         m.advance(0).unwrap();
         assert!(m.is_accepting());
         m.advance(2).unwrap();
-        assert!(m.is_finished() && m.mask().count_allowed() == 0);
+        assert!(m.is_finished() && m.mask().unwrap().count_allowed() == 0);
         assert!(m.rollback(3).is_err());
         assert_eq!(m.token_count(), 2);
         m.rollback(2).unwrap();
-        assert_eq!(m.mask(), before);
+        assert_eq!(m.mask().unwrap(), before);
         let err = m.advance(1).unwrap_err();
         assert_eq!(
             err.to_string(),

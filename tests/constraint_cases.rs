@@ -56,7 +56,7 @@ fn every_case_accepts_and_rejects_as_listed() {
                     .unwrap_or_else(|e| panic!("{name}: {text:?}: {e}"));
             }
             assert!(
-                m.is_accepting() && m.mask().is_allowed(s.eos as usize),
+                m.is_accepting() && m.mask().unwrap().is_allowed(s.eos as usize),
                 "{name}: {text:?} not accepting"
             );
             count += 1;

@@ -63,7 +63,7 @@ fn reference_vocabulary_reads_and_constrains() {
             let (t, _) = vocab.longest_prefix(&[b]).unwrap();
             m.advance(t).unwrap();
         }
-        let mask = m.mask();
+        let mask = m.mask().unwrap();
         for t in 0..vocab.len() as u32 {
             assert_eq!(
                 mask.is_allowed(t as usize),

@@ -122,11 +122,11 @@ fn llama_gguf_maps_spaces_and_byte_tokens() {
 fn a_pattern_with_a_leading_space_constrains_sentencepiece_words() {
     let v = std::sync::Arc::new(Vocabulary::from_gguf_bytes(&llama_gguf()).unwrap());
     let mut m = matcher(" the [a-z]+", &v);
-    let mask = m.mask();
+    let mask = m.mask().unwrap();
     let allowed: Vec<usize> = (0..v.len()).filter(|&t| mask.is_allowed(t)).collect();
     assert_eq!(allowed, vec![6, 7], "▁the and ▁");
     m.advance(6).unwrap();
-    let mask = m.mask();
+    let mask = m.mask().unwrap();
     let allowed: Vec<usize> = (0..v.len()).filter(|&t| mask.is_allowed(t)).collect();
     assert_eq!(
         allowed,
@@ -136,13 +136,13 @@ fn a_pattern_with_a_leading_space_constrains_sentencepiece_words() {
     m.advance(13).unwrap();
     m.advance(14).unwrap();
     assert!(m.is_accepting());
-    let mask = m.mask();
+    let mask = m.mask().unwrap();
     assert!(mask.is_allowed(2) && mask.is_allowed(10), "both end tokens");
     assert!(!mask.is_allowed(1) && !mask.is_allowed(11) && !mask.is_allowed(0));
 
     // Byte-fallback tokens spell é one byte at a time.
     let mut m = matcher("é\n", &v);
-    assert!(m.mask().is_allowed(4) && m.mask().is_allowed(8));
+    assert!(m.mask().unwrap().is_allowed(4) && m.mask().unwrap().is_allowed(8));
     m.advance(4).unwrap();
     assert_eq!(m.forced_bytes(), b"\xA9\n");
     m.advance(5).unwrap();

@@ -96,6 +96,9 @@ fn an_exponentially_ambiguous_grammar_hits_the_work_limit_in_a_mask() {
     }
     let e = hit.expect("a mask hits the budget");
     assert_work_limit(&e);
+    // `mask()` reports the same error where it used to panic.
+    let via_mask = m.mask().expect_err("mask() hits the same budget");
+    assert_eq!(via_mask.to_string(), e.to_string());
     assert!(e.to_string().contains("to compute one token mask"), "{e}");
     assert!(masks_ok > 5, "{masks_ok}");
     // The matcher still works: back off and finish the output.
@@ -117,7 +120,7 @@ fn bounded_ambiguity_stays_within_the_budget() {
     let mut m = grammar_matcher("root ::= item+\nitem ::= \"a\" | \"aa\"", &s.vocab);
     for _ in 0..2000 {
         m.advance(TokenId::from(b'a')).unwrap();
-        assert!(m.mask().is_allowed(TokenId::from(b'a') as usize));
+        assert!(m.mask().unwrap().is_allowed(TokenId::from(b'a') as usize));
     }
     assert!(m.is_accepting());
 }
@@ -143,17 +146,20 @@ fn json_object_accepts_depth_1000_and_beyond() {
         let mut m = json_matcher(&s.vocab);
         let mut rng = Rng::new(depth as u64);
         for t in random_tokenization(&s.vocab, text.as_bytes(), &mut rng) {
-            assert!(m.mask().is_allowed(t as usize), "depth {depth}: token {t}");
+            assert!(
+                m.mask().unwrap().is_allowed(t as usize),
+                "depth {depth}: token {t}"
+            );
             m.advance(t).unwrap();
         }
         assert!(m.is_accepting());
-        assert!(m.mask().is_allowed(s.eos as usize));
+        assert!(m.mask().unwrap().is_allowed(s.eos as usize));
         // At the deepest point nothing blocks going on: another level opens.
         let mut m = json_matcher(&s.vocab);
         for t in byte_tokenization(&text.as_bytes()[..text.find("\"leaf\"").unwrap()]) {
             m.advance(t).unwrap();
         }
-        let mask = m.mask();
+        let mask = m.mask().unwrap();
         assert!(
             mask.is_allowed(TokenId::from(b'[') as usize)
                 && mask.is_allowed(TokenId::from(b'{') as usize)
@@ -168,7 +174,7 @@ fn grammar_nesting_is_unbounded_too() {
     let mut m = grammar_matcher(&grammar_text("balanced.gbnf"), &s.vocab);
     let text = format!("{}{}", "([{".repeat(400), "}])".repeat(400));
     for t in byte_tokenization(text.as_bytes()) {
-        assert!(m.mask().is_allowed(t as usize));
+        assert!(m.mask().unwrap().is_allowed(t as usize));
         m.advance(t).unwrap();
     }
     assert!(m.is_accepting());
@@ -188,12 +194,12 @@ fn json_object_whitespace_is_bounded() {
         for i in 0..MAX_JSON_WHITESPACE {
             let t = if i % 2 == 0 { sp } else { nl };
             assert!(
-                m.mask().is_allowed(t as usize),
+                m.mask().unwrap().is_allowed(t as usize),
                 "{prefix:?}: whitespace {i}"
             );
             m.advance(t).unwrap();
         }
-        let mask = m.mask();
+        let mask = m.mask().unwrap();
         assert!(
             !mask.is_allowed(sp as usize) && !mask.is_allowed(nl as usize),
             "{prefix:?}"

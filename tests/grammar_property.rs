@@ -36,7 +36,7 @@ fn sample(
         .collect();
     let mut out = Vec::new();
     for step in 0..max_tokens {
-        let mask = m.mask();
+        let mask = m.mask().unwrap();
         if m.is_accepting() && rng.chance(0.3) {
             return Some(out);
         }
