@@ -71,6 +71,7 @@ fn assert_close(what: &str, gpu: &[f32], cpu: &[f32], scale: &[f32], rel: f32, a
 
 fn config(heads: usize, kv_heads: usize, head_dim: usize, rope_dim: usize) -> model::Config {
     model::Config {
+        arch: model::Arch::Llama,
         n_vocab: 1,
         n_embd: heads * head_dim,
         n_layer: 1,

@@ -202,6 +202,14 @@ impl Model {
     /// hold is refused whole, naming the first matrix that does not fit, rather than
     /// half-uploaded.
     pub fn check_fits<B: AsRef<[u8]>>(ctx: &Context, cpu: &model::Model<B>) -> Result<()> {
+        let arch = cpu.config().arch;
+        if arch != model::Arch::Llama {
+            // The kernels have no Q/K/V bias, QK-norm or half-split RoPE yet.
+            return Err(Error::gpu(format!(
+                "the WebGPU path runs the llama architecture only so far; this `{}` model runs on the CPU",
+                arch.name()
+            )));
+        }
         let mut matrices = vec![&cpu.tok_embd, &cpu.output];
         for l in &cpu.layers {
             matrices.extend([&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);

@@ -1,9 +1,12 @@
-//! The CPU reference forward pass of a Llama-architecture GGUF model.
+//! The CPU reference forward pass of a Llama-family GGUF model ([`Arch`]: `llama`, `qwen2`,
+//! `qwen3`).
 //!
-//! Architecture `llama` from the metadata: token embedding, then per layer RMSNorm →
-//! attention (RoPE on adjacent pairs `(x[2i], x[2i+1])` with the file's base and dimension
-//! count, grouped-query heads, a KV cache) → residual → RMSNorm → SwiGLU feed-forward →
-//! residual; a final RMSNorm and the output matrix (or the token embedding when tied).
+//! Token embedding, then per layer RMSNorm → attention (Q, K, V projections, Qwen2's biases
+//! on them, Qwen3's RMSNorm over each Q and K head, RoPE with the file's base and dimension
+//! count, on adjacent pairs for `llama` and on the two halves of a head for the Qwens,
+//! grouped-query heads, a KV cache) → residual → RMSNorm → SwiGLU feed-forward → residual; a
+//! final RMSNorm and the output matrix (or the token embedding when tied). Each family is
+//! checked against llama.cpp on a tiny random model (tests/model_families.rs).
 //!
 //! Numerics: weights are dequantized exactly ([`crate::quant`]), activations and the KV cache
 //! are f32, so this is the exact-f32 reference every faster path is checked against.
@@ -47,9 +50,38 @@ use multiversion::target::target_cfg_f;
 use std::ops::Range;
 use weights::{has_tensor, model_error};
 
+/// The model families the forward pass runs, as `general.architecture` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// SmolLM2, Llama 2/3 style: RoPE on adjacent pairs (the converter permuted Q and K).
+    Llama,
+    /// Qwen2 and Qwen2.5: biases on Q, K and V; RoPE on the two halves of a head.
+    Qwen2,
+    /// Qwen3: RMSNorm over each Q and K head before RoPE (QK-norm), no biases; RoPE on halves.
+    Qwen3,
+}
+
+impl Arch {
+    /// The metadata prefix (`qwen2.embedding_length`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+        }
+    }
+
+    /// Whether RoPE rotates `(x[i], x[i + rope_dim/2])` (ggml's NEOX mode, as llama.cpp
+    /// runs these families) rather than adjacent pairs.
+    pub fn rope_halves(self) -> bool {
+        !matches!(self, Arch::Llama)
+    }
+}
+
 /// Hyper-parameters read from the GGUF metadata.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    pub arch: Arch,
     pub n_vocab: usize,
     pub n_embd: usize,
     pub n_layer: usize,
@@ -71,57 +103,92 @@ impl Config {
         self.n_head_kv * self.head_dim
     }
 
-    /// Reads `llama.*` hyper-parameters; an error names the missing or bad key.
+    /// Width of a Q row and of the attention output: `n_head × head_dim` (Qwen3's heads are
+    /// wider than `n_embd / n_head`: 16 × 128 = 2048 over 1024 in Qwen3-0.6B).
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+
+    /// Reads `{arch}.*` hyper-parameters; an error names the missing or bad key.
     pub fn from_gguf(gguf: &Gguf<'_>) -> Result<Self> {
-        let arch = gguf
+        let name = gguf
             .get("general.architecture")
             .and_then(Value::as_str)
             .ok_or_else(|| model_error("general.architecture is missing".into()))?;
-        if arch != "llama" {
-            return Err(model_error(format!(
-                "architecture `{arch}` is not supported (llama is)"
-            )));
-        }
+        let arch = [Arch::Llama, Arch::Qwen2, Arch::Qwen3]
+            .into_iter()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| {
+                model_error(format!(
+                    "architecture `{name}` is not supported (llama, qwen2 and qwen3 are)"
+                ))
+            })?;
+        let key = |k: &str| format!("{name}.{k}");
         // Bounds keep a hostile file from asking for absurd buffers before any weight is read.
-        let int = |key: &str, max: u64| -> Result<usize> {
+        let int = |k: &str, max: u64| -> Result<usize> {
             let v = gguf
-                .get(&format!("llama.{key}"))
-                .ok_or_else(|| model_error(format!("llama.{key} is missing")))?;
+                .get(&key(k))
+                .ok_or_else(|| model_error(format!("{} is missing", key(k))))?;
             match v.as_u64() {
                 Some(n) if n >= 1 && n <= max => Ok(n as usize),
                 _ => Err(model_error(format!(
-                    "llama.{key} = {v:?} is not an integer in 1..={max}"
+                    "{} = {v:?} is not an integer in 1..={max}",
+                    key(k)
                 ))),
             }
         };
-        let float = |key: &str, default: f32| -> Result<f32> {
-            match gguf.get(&format!("llama.{key}")) {
+        let float = |k: &str, default: f32| -> Result<f32> {
+            match gguf.get(&key(k)) {
                 None => Ok(default),
                 Some(Value::F32(f)) if f.is_finite() && *f > 0.0 => Ok(*f),
                 Some(v) => Err(model_error(format!(
-                    "llama.{key} = {v:?} is not a positive f32"
+                    "{} = {v:?} is not a positive f32",
+                    key(k)
                 ))),
             }
         };
         let n_embd = int("embedding_length", 1 << 16)?;
         let n_head = int("attention.head_count", 1 << 10)?;
-        let n_head_kv = match gguf.get("llama.attention.head_count_kv") {
+        let n_head_kv = match gguf.get(&key("attention.head_count_kv")) {
             None => n_head,
             Some(_) => int("attention.head_count_kv", 1 << 10)?,
         };
-        if n_embd % n_head != 0 || n_head % n_head_kv != 0 {
+        if n_head % n_head_kv != 0 {
             return Err(model_error(format!(
-                "{n_head} heads do not divide the embedding width {n_embd}, or {n_head_kv} KV heads do not divide them"
+                "{n_head_kv} KV heads do not divide the {n_head} heads"
             )));
         }
-        let head_dim = n_embd / n_head;
-        let rope_dim = match gguf.get("llama.rope.dimension_count") {
+        let head_dim = match gguf.get(&key("attention.key_length")) {
+            Some(_) => {
+                let k = int("attention.key_length", 1 << 12)?;
+                let v = match gguf.get(&key("attention.value_length")) {
+                    None => k,
+                    Some(_) => int("attention.value_length", 1 << 12)?,
+                };
+                if v != k {
+                    return Err(model_error(format!(
+                        "{} {k} differs from {} {v}: heads of two widths are not supported",
+                        key("attention.key_length"),
+                        key("attention.value_length")
+                    )));
+                }
+                k
+            }
+            None if n_embd % n_head == 0 => n_embd / n_head,
+            None => {
+                return Err(model_error(format!(
+                    "{n_head} heads do not divide the embedding width {n_embd}"
+                )))
+            }
+        };
+        let rope_dim = match gguf.get(&key("rope.dimension_count")) {
             None => head_dim,
             Some(_) => int("rope.dimension_count", head_dim as u64)?,
         };
         if rope_dim % 2 != 0 {
             return Err(model_error(format!(
-                "llama.rope.dimension_count {rope_dim} is odd"
+                "{} {rope_dim} is odd",
+                key("rope.dimension_count")
             )));
         }
         let n_vocab = match gguf.get("tokenizer.ggml.tokens").and_then(Value::as_array) {
@@ -129,6 +196,7 @@ impl Config {
             None => int("vocab_size", 1 << 24)?,
         };
         Ok(Config {
+            arch,
             n_vocab,
             n_embd,
             n_layer: int("block_count", 1 << 10)?,
@@ -151,6 +219,10 @@ pub(crate) struct Layer {
     pub(crate) wk: Matrix,
     pub(crate) wv: Matrix,
     pub(crate) wo: Matrix,
+    /// Qwen2's biases on Q, K and V.
+    pub(crate) qkv_bias: Option<[Vec<f32>; 3]>,
+    /// Qwen3's RMSNorm weights over each Q and K head (`head_dim` each).
+    pub(crate) qk_norm: Option<[Vec<f32>; 2]>,
     pub(crate) ffn_norm: Vec<f32>,
     pub(crate) w_gate: Matrix,
     pub(crate) w_up: Matrix,
@@ -253,18 +325,28 @@ impl<B: AsRef<[u8]>> Model<B> {
         let config = Config::from_gguf(&gguf)?;
         let len = file.len();
         let c = &config;
-        let (d, kv) = (c.n_embd, c.kv_dim());
+        let (d, kv, qd) = (c.n_embd, c.kv_dim(), c.q_dim());
         let mat = |name: &str, rows: usize, cols: usize| Matrix::find(&gguf, len, name, rows, cols);
-        let norm = |name: &str| -> Result<Vec<f32>> { Ok(mat(name, 1, d)?.to_f32(file)) };
-        for bias in [
-            "blk.0.attn_q.bias",
-            "blk.0.attn_k.bias",
-            "blk.0.attn_v.bias",
-            "blk.0.attn_output.bias",
-        ] {
-            if has_tensor(&gguf, bias) {
+        let vector =
+            |name: &str, n: usize| -> Result<Vec<f32>> { Ok(mat(name, 1, n)?.to_f32(file)) };
+        let norm = |name: &str| vector(name, d);
+        // Tensors the family does not have would be silently skipped: refuse them instead.
+        let mut unused = vec!["blk.0.attn_output.bias"];
+        if c.arch != Arch::Qwen2 {
+            unused.extend([
+                "blk.0.attn_q.bias",
+                "blk.0.attn_k.bias",
+                "blk.0.attn_v.bias",
+            ]);
+        }
+        if c.arch != Arch::Qwen3 {
+            unused.extend(["blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"]);
+        }
+        for name in unused {
+            if has_tensor(&gguf, name) {
                 return Err(model_error(format!(
-                    "tensor `{bias}`: attention biases are not supported"
+                    "tensor `{name}` is not part of a `{}` model",
+                    c.arch.name()
                 )));
             }
         }
@@ -277,12 +359,28 @@ impl<B: AsRef<[u8]>> Model<B> {
         let mut layers = Vec::with_capacity(c.n_layer);
         for i in 0..c.n_layer {
             let p = |s: &str| format!("blk.{i}.{s}.weight");
+            let b = |s: &str| format!("blk.{i}.{s}.bias");
             layers.push(Layer {
                 attn_norm: norm(&p("attn_norm"))?,
-                wq: mat(&p("attn_q"), d, d)?,
+                wq: mat(&p("attn_q"), qd, d)?,
                 wk: mat(&p("attn_k"), kv, d)?,
                 wv: mat(&p("attn_v"), kv, d)?,
-                wo: mat(&p("attn_output"), d, d)?,
+                wo: mat(&p("attn_output"), d, qd)?,
+                qkv_bias: match c.arch {
+                    Arch::Qwen2 => Some([
+                        vector(&b("attn_q"), qd)?,
+                        vector(&b("attn_k"), kv)?,
+                        vector(&b("attn_v"), kv)?,
+                    ]),
+                    _ => None,
+                },
+                qk_norm: match c.arch {
+                    Arch::Qwen3 => Some([
+                        vector(&p("attn_q_norm"), c.head_dim)?,
+                        vector(&p("attn_k_norm"), c.head_dim)?,
+                    ]),
+                    _ => None,
+                },
                 ffn_norm: norm(&p("ffn_norm"))?,
                 w_gate: mat(&p("ffn_gate"), c.n_ff, d)?,
                 w_up: mat(&p("ffn_up"), c.n_ff, d)?,
@@ -407,7 +505,7 @@ impl<B: AsRef<[u8]>> Model<B> {
         let c = &self.config;
         let file = self.bytes.as_ref();
         let t = tokens.len();
-        let (d, kv, hd) = (c.n_embd, c.kv_dim(), c.head_dim);
+        let (d, kv, qd, hd) = (c.n_embd, c.kv_dim(), c.q_dim(), c.head_dim);
         let pos0 = session.pos;
 
         let mut x = vec![0f32; t * d];
@@ -416,10 +514,10 @@ impl<B: AsRef<[u8]>> Model<B> {
         }
         let (cos, sin) = rope_table(c, pos0, t);
         let mut h = vec![0f32; t * d];
-        let mut q = vec![0f32; t * d];
+        let mut q = vec![0f32; t * qd];
         let mut k = vec![0f32; t * kv];
         let mut v = vec![0f32; t * kv];
-        let mut att = vec![0f32; t * d];
+        let mut att = vec![0f32; t * qd];
         let mut proj = vec![0f32; t * d];
         let mut gate = vec![0f32; t * c.n_ff];
         let mut up = vec![0f32; t * c.n_ff];
@@ -439,16 +537,35 @@ impl<B: AsRef<[u8]>> Model<B> {
                     (&layer.wv, &mut v),
                 ],
             );
+            if let Some([bq, bk, bv]) = &layer.qkv_bias {
+                for (out, bias) in [(&mut q, bq), (&mut k, bk), (&mut v, bv)] {
+                    for row in out.chunks_exact_mut(bias.len()) {
+                        row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+                    }
+                }
+            }
+            if let Some([q_norm, k_norm]) = &layer.qk_norm {
+                // rms_norm normalises each `head_dim` chunk: one head at a time.
+                for (heads, w) in [(&mut q, q_norm), (&mut k, k_norm)] {
+                    let input = heads.clone();
+                    rms_norm(&input, w, c.rms_eps, heads);
+                }
+            }
+            let rotate = if c.arch.rope_halves() {
+                rope_halves
+            } else {
+                rope
+            };
             for i in 0..t {
                 let (cs, sn) = (
                     &cos[i * c.rope_dim / 2..][..c.rope_dim / 2],
                     &sin[i * c.rope_dim / 2..][..c.rope_dim / 2],
                 );
-                for head in q[i * d..(i + 1) * d].chunks_exact_mut(hd) {
-                    rope(head, cs, sn);
+                for head in q[i * qd..(i + 1) * qd].chunks_exact_mut(hd) {
+                    rotate(head, cs, sn);
                 }
                 for head in k[i * kv..(i + 1) * kv].chunks_exact_mut(hd) {
-                    rope(head, cs, sn);
+                    rotate(head, cs, sn);
                 }
             }
             let (kc, vc) = (&mut session.k[li], &mut session.v[li]);
@@ -465,8 +582,8 @@ impl<B: AsRef<[u8]>> Model<B> {
                 let n_ctx = pos0 + i + 1; // causal: this token sees positions 0..=pos0+i
                 for hq in 0..c.n_head {
                     let hk = hq / group;
-                    let qh = &q[i * d + hq * hd..][..hd];
-                    let out = &mut att[i * d + hq * hd..][..hd];
+                    let qh = &q[i * qd + hq * hd..][..hd];
+                    let out = &mut att[i * qd + hq * hd..][..hd];
                     attend(qh, kc, vc, kv, hk * hd, scale, &mut scores[..n_ctx], out);
                 }
             }
@@ -798,6 +915,18 @@ pub(crate) fn rope_table(c: &Config, pos0: usize, t: usize) -> (Vec<f32>, Vec<f3
         }
     }
     (cos, sin)
+}
+
+/// Rotates the pairs `(x[i], x[i + n])` of one head, `n = cos.len()` (ggml's NEOX mode, as
+/// llama.cpp runs Qwen2 and Qwen3). Dimensions past `2n` are left as they are.
+pub(crate) fn rope_halves(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let n = cos.len();
+    let (first, second) = x[..2 * n].split_at_mut(n);
+    for ((a, b), (&c, &s)) in first.iter_mut().zip(second).zip(cos.iter().zip(sin)) {
+        let (x0, x1) = (*a, *b);
+        *a = x0 * c - x1 * s;
+        *b = x0 * s + x1 * c;
+    }
 }
 
 /// Rotates adjacent pairs `(x[2i], x[2i+1])` of one head by the angles' cos/sin (ggml's

@@ -147,7 +147,7 @@ test("a 404 names the URL and the status", async () => {
   assert.match(relative.message, /^model `models\/x\.gguf` is not a URL \(outside a page, pass an absolute URL/);
 });
 
-test("what is not a llama GGUF is refused with a clear error", async () => {
+test("what is not a GGUF of a supported architecture is refused with a clear error", async () => {
   const page = await rejection(createEngine({ model: `${base}/page.html`, wasm: WASM }));
   assert.equal(
     page.message,
@@ -158,12 +158,12 @@ test("what is not a llama GGUF is refused with a clear error", async () => {
   const empty = await rejection(createEngine({ model: new Uint8Array(0), wasm: WASM }));
   assert.equal(empty.message, "the model is not a GGUF file: it starts with ``, not `GGUF` (the file is empty)");
   const gemma = await rejection(createEngine({ model: tinyGguf({ "general.architecture": "gemma3" }), wasm: WASM }));
-  assert.equal(gemma.message, "GGUF model: architecture `gemma3` is not supported (llama is)");
+  assert.equal(gemma.message, "GGUF model: architecture `gemma3` is not supported (llama, qwen2 and qwen3 are)");
   assert.equal(gemma.param, "model");
   // The real thing: Gemma 3 270M (POOT_GEMMA_GGUF, which `make test` fetches and sets).
   assert.ok(process.env.POOT_GEMMA_GGUF, "POOT_GEMMA_GGUF must name gemma-3-270m-q4_k_m.gguf (make test sets it)");
   const real = await rejection(createEngine({ model: new Blob([readFileSync(process.env.POOT_GEMMA_GGUF)]), wasm: WASM }));
-  assert.equal(real.message, "GGUF model: architecture `gemma3` is not supported (llama is)");
+  assert.equal(real.message, "GGUF model: architecture `gemma3` is not supported (llama, qwen2 and qwen3 are)");
   const truncated = await rejection(createEngine({ model: file.subarray(0, 4 << 20), wasm: WASM }));
   assert.match(truncated.message, /extends past the end of the file/);
   const wrong = await rejection(createEngine({ model: 42, wasm: WASM }));
