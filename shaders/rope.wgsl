@@ -1,5 +1,7 @@
-// rope: rotates adjacent pairs (x[2i], x[2i+1]) of each head by the angle of its position,
-// in place, for the first rope_dim dimensions of every head (llama-architecture GGUF layout).
+// rope: rotates pairs of each head by the angle of its position, in place, for the first
+// rope_dim dimensions of every head: adjacent pairs (x[2i], x[2i+1]) (ggml's normal mode, the
+// llama GGUF layout), or with `halves` the pairs (x[i], x[i + rope_dim/2]) (ggml's NEOX mode,
+// as llama.cpp runs Qwen2 and Qwen3).
 // The cos/sin table is computed on the CPU in f64 (src/model) and uploaded: f32 sin/cos of
 // angles up to the context length (thousands of radians) would lose several digits here.
 //
@@ -7,7 +9,7 @@
 //   0  x          array<f32>  read_write  tokens * heads * head_dim
 //   1  cos_table  array<f32>  read        tokens * rope_dim/2
 //   2  sin_table  array<f32>  read        tokens * rope_dim/2
-//   3  params     Params      uniform     heads, head_dim, rope_dim, tokens
+//   3  params     Params      uniform     heads, head_dim, rope_dim, tokens, halves
 //
 // Dispatch: ceil(tokens * heads * rope_dim/2 / WG) workgroups; one invocation per pair.
 
@@ -18,6 +20,10 @@ struct Params {
     head_dim: u32,
     rope_dim: u32,
     tokens: u32,
+    halves: u32,
+    unused_a: u32,
+    unused_b: u32,
+    unused_c: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
@@ -34,11 +40,17 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     if (token >= params.tokens) {
         return;
     }
-    let at = (token * params.heads + head) * params.head_dim + 2u * pair;
+    let base = (token * params.heads + head) * params.head_dim;
+    var first = base + 2u * pair;
+    var second = first + 1u;
+    if (params.halves != 0u) {
+        first = base + pair;
+        second = first + half;
+    }
     let c = cos_table[token * half + pair];
     let s = sin_table[token * half + pair];
-    let a = x[at];
-    let b = x[at + 1u];
-    x[at] = a * c - b * s;
-    x[at + 1u] = a * s + b * c;
+    let a = x[first];
+    let b = x[second];
+    x[first] = a * c - b * s;
+    x[second] = a * s + b * c;
 }

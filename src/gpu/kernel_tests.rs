@@ -110,44 +110,59 @@ fn rms_norm_matches_cpu() {
 }
 
 #[test]
-fn rope_matches_cpu_for_whole_and_partial_rotation() {
-    // Tolerance: 1e-6 relative to the pair's magnitude (|a| + |b|), + 1e-7: the same f32
+fn rope_matches_cpu_for_whole_and_partial_rotation_in_both_pairings() {
+    // Tolerance: 1e-6 relative to the larger magnitude in the head, + 1e-7: the same f32
     // products, possibly fused differently.
     for ctx in contexts() {
         let ctx = &ctx;
         let mut rng = Rng(2);
-        for (heads, head_dim, rope_dim, pos0, tokens) in [(9, 64, 64, 100, 3), (3, 64, 32, 4000, 2)]
-        {
-            let c = config(heads, heads, head_dim, rope_dim);
-            let (cos, sin) = model::rope_table(&c, pos0, tokens);
-            let x = rng.values(tokens * heads * head_dim);
-            let mut cpu = x.clone();
-            let half = rope_dim / 2;
-            for (i, token) in cpu.chunks_exact_mut(heads * head_dim).enumerate() {
-                for head in token.chunks_exact_mut(head_dim) {
-                    model::rope(head, &cos[i * half..][..half], &sin[i * half..][..half]);
+        for halves in [false, true] {
+            for (heads, head_dim, rope_dim, pos0, tokens) in
+                [(9, 64, 64, 100, 3), (3, 64, 32, 4000, 2)]
+            {
+                let c = config(heads, heads, head_dim, rope_dim);
+                let (cos, sin) = model::rope_table(&c, pos0, tokens);
+                let x = rng.values(tokens * heads * head_dim);
+                let mut cpu = x.clone();
+                let half = rope_dim / 2;
+                let rotate = if halves {
+                    model::rope_halves
+                } else {
+                    model::rope
+                };
+                for (i, token) in cpu.chunks_exact_mut(heads * head_dim).enumerate() {
+                    for head in token.chunks_exact_mut(head_dim) {
+                        rotate(head, &cos[i * half..][..half], &sin[i * half..][..half]);
+                    }
                 }
+                // A rotated value mixes two of its head's values: scale by the head's largest.
+                let scale: Vec<f32> = x
+                    .chunks_exact(head_dim)
+                    .flat_map(|h| {
+                        let m = h.iter().fold(0f32, |m, v| m.max(v.abs()));
+                        vec![2.0 * m; head_dim]
+                    })
+                    .collect();
+                let xb = buffer(ctx, &x);
+                let mut enc = encoder(ctx);
+                let (cos_b, sin_b) = (buffer(ctx, &cos), buffer(ctx, &sin));
+                let tables = (&xb, &cos_b, &sin_b);
+                let record =
+                    ctx.record_rope(&mut enc, tables, heads, head_dim, rope_dim, tokens, halves);
+                pollster::block_on(record).unwrap();
+                let gpu = finish(ctx, enc, &xb);
+                assert_close(
+                    &format!(
+                        "rope ({}) rope_dim={rope_dim} halves={halves}",
+                        ctx.variant().name()
+                    ),
+                    &gpu,
+                    &cpu,
+                    &scale,
+                    1e-6,
+                    1e-7,
+                );
             }
-            let scale: Vec<f32> = x
-                .chunks_exact(2)
-                .flat_map(|p| [p[0].abs() + p[1].abs(); 2])
-                .collect();
-            let xb = buffer(ctx, &x);
-            let mut enc = encoder(ctx);
-            let tables = (&xb, &buffer(ctx, &cos), &buffer(ctx, &sin));
-            pollster::block_on(
-                ctx.record_rope(&mut enc, tables, heads, head_dim, rope_dim, tokens),
-            )
-            .unwrap();
-            let gpu = finish(ctx, enc, &xb);
-            assert_close(
-                &format!("rope ({}) rope_dim={rope_dim}", ctx.variant().name()),
-                &gpu,
-                &cpu,
-                &scale,
-                1e-6,
-                1e-7,
-            );
         }
     }
 }
@@ -173,13 +188,21 @@ fn silu_mul_and_add_match_cpu() {
         let what = format!("silu_mul ({variant})");
         assert_close(&what, &finish(ctx, enc, &gb), &cpu, &cpu, 1e-6, 1e-7);
 
-        let (x, y) = (rng.values(n), rng.values(n));
-        let cpu: Vec<f32> = x.iter().zip(&y).map(|(x, y)| x + y).collect();
-        let xb = buffer(ctx, &x);
-        let mut enc = encoder(ctx);
-        pollster::block_on(ctx.record_add(&mut enc, &xb, &buffer(ctx, &y), n)).unwrap();
-        let what = format!("add ({variant})");
-        assert_close(&what, &finish(ctx, enc, &xb), &cpu, &cpu, 0.0, 0.0);
+        // A residual (period n) and a bias over rows of 29 (the Q/K/V biases).
+        for period in [n, 29] {
+            let (x, y) = (rng.values(n), rng.values(period));
+            let cpu: Vec<f32> = x
+                .iter()
+                .enumerate()
+                .map(|(i, x)| x + y[i % period])
+                .collect();
+            let xb = buffer(ctx, &x);
+            let mut enc = encoder(ctx);
+            let yb = buffer(ctx, &y);
+            pollster::block_on(ctx.record_add(&mut enc, &xb, &yb, n, period)).unwrap();
+            let what = format!("add ({variant}) period={period}");
+            assert_close(&what, &finish(ctx, enc, &xb), &cpu, &cpu, 0.0, 0.0);
+        }
     }
 }
 

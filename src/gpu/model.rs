@@ -39,6 +39,10 @@ struct Layer {
     wk: Matrix,
     wv: Matrix,
     wo: Matrix,
+    /// Qwen2's biases on Q, K and V.
+    qkv_bias: Option<[wgpu::Buffer; 3]>,
+    /// Qwen3's RMSNorm weights over each Q and K head.
+    qk_norm: Option<[wgpu::Buffer; 2]>,
     ffn_norm: wgpu::Buffer,
     w_gate: Matrix,
     w_up: Matrix,
@@ -145,6 +149,10 @@ struct Scratch {
     q: wgpu::Buffer,
     k: wgpu::Buffer,
     v: wgpu::Buffer,
+    /// Q and K before Qwen3's per-head RMSNorm (which cannot run in place: a kernel may not
+    /// bind one buffer twice); a 4-byte placeholder for the other families.
+    q_raw: wgpu::Buffer,
+    k_raw: wgpu::Buffer,
     att: wgpu::Buffer,
     proj: wgpu::Buffer,
     gate: wgpu::Buffer,
@@ -202,14 +210,6 @@ impl Model {
     /// hold is refused whole, naming the first matrix that does not fit, rather than
     /// half-uploaded.
     pub fn check_fits<B: AsRef<[u8]>>(ctx: &Context, cpu: &model::Model<B>) -> Result<()> {
-        let arch = cpu.config().arch;
-        if arch != model::Arch::Llama {
-            // The kernels have no Q/K/V bias, QK-norm or half-split RoPE yet.
-            return Err(Error::gpu(format!(
-                "the WebGPU path runs the llama architecture only so far; this `{}` model runs on the CPU",
-                arch.name()
-            )));
-        }
         let mut matrices = vec![&cpu.tok_embd, &cpu.output];
         for l in &cpu.layers {
             matrices.extend([&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
@@ -270,6 +270,19 @@ impl Model {
                 wk: matrix(&l.wk)?,
                 wv: matrix(&l.wv)?,
                 wo: matrix(&l.wo)?,
+                qkv_bias: l.qkv_bias.as_ref().map(|[q, k, v]| {
+                    [
+                        vector(&format!("blk.{i}.attn_q.bias"), q),
+                        vector(&format!("blk.{i}.attn_k.bias"), k),
+                        vector(&format!("blk.{i}.attn_v.bias"), v),
+                    ]
+                }),
+                qk_norm: l.qk_norm.as_ref().map(|[q, k]| {
+                    [
+                        vector(&format!("blk.{i}.attn_q_norm"), q),
+                        vector(&format!("blk.{i}.attn_k_norm"), k),
+                    ]
+                }),
                 ffn_norm: vector(&format!("blk.{i}.ffn_norm"), &l.ffn_norm),
                 w_gate: matrix(&l.w_gate)?,
                 w_up: matrix(&l.w_up)?,
@@ -316,10 +329,15 @@ impl Model {
         )?;
         let ffn = (c.n_ff * 4) as u64;
         ctx.check_binding_size("one token's feed-forward activations", "model", ffn)?;
-        let widest = [scores, ffn, (c.n_embd * 4) as u64, (c.kv_dim() * 4) as u64]
-            .into_iter()
-            .max()
-            .unwrap_or(1);
+        let widest = [
+            scores,
+            ffn,
+            (c.n_embd.max(c.q_dim()) * 4) as u64,
+            (c.kv_dim() * 4) as u64,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(1);
         Ok(((ctx.max_binding_bytes / widest) as usize).clamp(1, MAX_CHUNK))
     }
 
@@ -349,17 +367,21 @@ impl Model {
                 .collect()
         };
         let t = chunk;
-        let d = c.n_embd;
+        let (d, qd) = (c.n_embd, c.q_dim());
+        let qk_norm = self.layers.iter().any(|l| l.qk_norm.is_some());
+        let raw = |floats: usize| if qk_norm { floats } else { 1 };
         let scratch = Scratch {
             ids: zeros("ids", t),
             cos: zeros("rope.cos", t * c.rope_dim / 2),
             sin: zeros("rope.sin", t * c.rope_dim / 2),
             x: zeros("x", t * d),
             h: zeros("h", t * d),
-            q: zeros("q", t * d),
+            q: zeros("q", t * qd),
             k: zeros("k", t * kv),
             v: zeros("v", t * kv),
-            att: zeros("att", t * d),
+            q_raw: zeros("q_raw", raw(t * qd)),
+            k_raw: zeros("k_raw", raw(t * kv)),
+            att: zeros("att", t * qd),
             proj: zeros("proj", t * d),
             gate: zeros("gate", t * c.n_ff),
             up: zeros("up", t * c.n_ff),
@@ -595,13 +617,40 @@ impl Model {
             let mut e = Vec::new();
             ctx.record_rms_norm(&mut e, (&s.x, &l.attn_norm, &s.h), d, t, c.rms_eps)
                 .await?;
-            ctx.record_matvec(&mut e, &l.wq, &s.h, &s.q, t).await?;
-            ctx.record_matvec(&mut e, &l.wk, &s.h, &s.k, t).await?;
+            // Qwen3 projects into the raw buffers and normalises each head into q and k.
+            let (q, k) = match l.qk_norm {
+                Some(_) => (&s.q_raw, &s.k_raw),
+                None => (&s.q, &s.k),
+            };
+            ctx.record_matvec(&mut e, &l.wq, &s.h, q, t).await?;
+            ctx.record_matvec(&mut e, &l.wk, &s.h, k, t).await?;
             ctx.record_matvec(&mut e, &l.wv, &s.h, &s.v, t).await?;
-            ctx.record_rope(&mut e, (&s.q, &s.cos, &s.sin), heads, hd, rd, t)
+            if let Some([bq, bk, bv]) = &l.qkv_bias {
+                let (qd, kv) = (c.q_dim(), c.kv_dim());
+                ctx.record_add(&mut e, q, bq, t * qd, qd).await?;
+                ctx.record_add(&mut e, k, bk, t * kv, kv).await?;
+                ctx.record_add(&mut e, &s.v, bv, t * kv, kv).await?;
+            }
+            if let Some([q_norm, k_norm]) = &l.qk_norm {
+                let eps = c.rms_eps;
+                ctx.record_rms_norm(&mut e, (q, q_norm, &s.q), hd, t * heads, eps)
+                    .await?;
+                ctx.record_rms_norm(&mut e, (k, k_norm, &s.k), hd, t * c.n_head_kv, eps)
+                    .await?;
+            }
+            let halves = c.arch.rope_halves();
+            ctx.record_rope(&mut e, (&s.q, &s.cos, &s.sin), heads, hd, rd, t, halves)
                 .await?;
-            ctx.record_rope(&mut e, (&s.k, &s.cos, &s.sin), c.n_head_kv, hd, rd, t)
-                .await?;
+            ctx.record_rope(
+                &mut e,
+                (&s.k, &s.cos, &s.sin),
+                c.n_head_kv,
+                hd,
+                rd,
+                t,
+                halves,
+            )
+            .await?;
             let caches = (&session.k_cache[li], &session.v_cache[li]);
             let stored = (&s.k, &s.v, caches.0, caches.1);
             ctx.record_kv_store(&mut e, stored, &attention_uniform, shape)
@@ -610,7 +659,7 @@ impl Model {
             ctx.record_attention_with(&mut e, buffers, &attention_uniform, shape)
                 .await?;
             ctx.record_matvec(&mut e, &l.wo, &s.att, &s.proj, t).await?;
-            ctx.record_add(&mut e, &s.x, &s.proj, t * d).await?;
+            ctx.record_add(&mut e, &s.x, &s.proj, t * d, t * d).await?;
             ctx.record_rms_norm(&mut e, (&s.x, &l.ffn_norm, &s.h), d, t, c.rms_eps)
                 .await?;
             ctx.record_matvec(&mut e, &l.w_gate, &s.h, &s.gate, t)
@@ -620,7 +669,7 @@ impl Model {
                 .await?;
             ctx.record_matvec(&mut e, &l.w_down, &s.gate, &s.proj, t)
                 .await?;
-            ctx.record_add(&mut e, &s.x, &s.proj, t * d).await?;
+            ctx.record_add(&mut e, &s.x, &s.proj, t * d, t * d).await?;
             layers.push(e);
         }
         let mut head = Vec::new();

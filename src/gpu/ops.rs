@@ -140,7 +140,9 @@ impl Context {
         .await
     }
 
-    /// Rotates the first `rope_dim` dimensions of each of `heads` heads per token, in place.
+    /// Rotates the first `rope_dim` dimensions of each of `heads` heads per token, in place:
+    /// adjacent pairs, or with `halves` the pairs `(i, i + rope_dim/2)` (the CPU twins
+    /// `model::rope` and `model::rope_halves`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn record_rope(
         &self,
@@ -150,6 +152,7 @@ impl Context {
         head_dim: usize,
         rope_dim: usize,
         tokens: usize,
+        halves: bool,
     ) -> Result<()> {
         let pairs = (tokens * heads * rope_dim / 2) as u32;
         let params = [
@@ -157,6 +160,10 @@ impl Context {
             head_dim as u32,
             rope_dim as u32,
             tokens as u32,
+            u32::from(halves),
+            0,
+            0,
+            0,
         ];
         let groups = pairs.div_ceil(WORKGROUP);
         self.record(encoder, ROPE, &[x, cos, sin], &params, (groups, 1, 1))
@@ -182,16 +189,19 @@ impl Context {
         .await
     }
 
-    /// `x += y` over `n` values.
+    /// `x[i] += y[i % period]` over `n` values: `period` = `n` adds two vectors, a row width
+    /// adds `y` to every row.
     pub(crate) async fn record_add(
         &self,
         encoder: &mut impl Sink,
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         n: usize,
+        period: usize,
     ) -> Result<()> {
         let groups = (n as u32).div_ceil(WORKGROUP);
-        self.record(encoder, ADD, &[x, y], &[n as u32, 0, 0, 0], (groups, 1, 1))
+        let params = [n as u32, period as u32, 0, 0];
+        self.record(encoder, ADD, &[x, y], &params, (groups, 1, 1))
             .await
     }
 }
