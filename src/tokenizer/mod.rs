@@ -48,11 +48,23 @@ enum Model {
         merges: HashMap<Vec<u8>, u32>,
         /// Byte -> its character in the GPT-2 byte alphabet, UTF-8 encoded.
         byte_chars: Vec<String>,
+        /// A word that is itself a token is that token, merges or not (llama.cpp's
+        /// `ignore_merges`, set for Llama 3's tokenizer and its kin).
+        ignore_merges: bool,
     },
     Spm {
         scores: Vec<f32>,
         add_space_prefix: bool,
     },
+}
+
+/// What [`Tokenizer::encode_bpe`] reads of a [`Model::Bpe`].
+#[derive(Clone, Copy)]
+struct Bpe<'a> {
+    pre: Pre,
+    merges: &'a HashMap<Vec<u8>, u32>,
+    byte_chars: &'a [String],
+    ignore_merges: bool,
 }
 
 /// A tokenizer; see the module docs.
@@ -155,11 +167,23 @@ impl Tokenizer {
 
         let (model, add_bos_default) = match model_name {
             "gpt2" => {
-                let pre = Pre::from_name(
-                    gguf.get("tokenizer.ggml.pre")
-                        .and_then(Value::as_str)
-                        .unwrap_or("gpt2"),
-                )?;
+                let pre_name = gguf
+                    .get("tokenizer.ggml.pre")
+                    .and_then(Value::as_str)
+                    .unwrap_or("gpt2");
+                let pre = Pre::from_name(pre_name)?;
+                // The names llama.cpp gives `ignore_merges` and a BOS by default.
+                let llama3 = matches!(
+                    pre_name,
+                    "llama3"
+                        | "llama-v3"
+                        | "llama-bpe"
+                        | "falcon3"
+                        | "falcon-h1"
+                        | "pixtral"
+                        | "midm-2.0"
+                        | "lfm2"
+                );
                 let list = gguf
                     .get("tokenizer.ggml.merges")
                     .and_then(Value::as_array)
@@ -187,8 +211,9 @@ impl Tokenizer {
                         pre,
                         merges,
                         byte_chars,
+                        ignore_merges: llama3,
                     },
-                    false,
+                    llama3,
                 )
             }
             "llama" => {
@@ -352,7 +377,16 @@ impl Tokenizer {
                             pre,
                             merges,
                             byte_chars,
-                        } => self.encode_bpe(t, *pre, merges, byte_chars, &mut out),
+                            ignore_merges,
+                        } => {
+                            let bpe = Bpe {
+                                pre: *pre,
+                                merges,
+                                byte_chars,
+                                ignore_merges: *ignore_merges,
+                            };
+                            self.encode_bpe(t, bpe, &mut out)
+                        }
                         Model::Spm {
                             scores,
                             add_space_prefix,
@@ -458,14 +492,13 @@ impl Tokenizer {
         frags
     }
 
-    fn encode_bpe(
-        &self,
-        text: &str,
-        pre: Pre,
-        merges: &HashMap<Vec<u8>, u32>,
-        byte_chars: &[String],
-        out: &mut Vec<TokenId>,
-    ) {
+    fn encode_bpe(&self, text: &str, bpe: Bpe<'_>, out: &mut Vec<TokenId>) {
+        let Bpe {
+            pre,
+            merges,
+            byte_chars,
+            ignore_merges,
+        } = bpe;
         let mut words = Vec::new();
         pre.split(text, &self.cats, &mut words);
         let mut word = String::new();
@@ -481,6 +514,12 @@ impl Tokenizer {
             }
             starts.push(word.len());
             let w = word.as_bytes();
+            if ignore_merges {
+                if let Some(&id) = self.ids.get(w) {
+                    out.push(id);
+                    continue;
+                }
+            }
             let mut syms: Vec<Sym> = (0..starts.len() - 1)
                 .map(|i| Sym {
                     start: starts[i],

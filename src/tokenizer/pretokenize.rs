@@ -5,11 +5,24 @@
 //!   `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`;
 //! - `smollm` (and the other names llama.cpp maps to the same regexes: `starcoder`,
 //!   `refact`, `command-r`, `codeshell`, `exaone`, `minerva`): first every number character on
-//!   its own, then the GPT-2 split over the rest.
+//!   its own, then the GPT-2 split over the rest;
+//! - `llama-bpe` (Llama 3.x, and the other names llama.cpp maps to the same regex):
+//!   `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
+//! - `qwen2` (Qwen2, Qwen2.5, Qwen3, and the other names llama.cpp maps to the same regex):
+//!   the Llama 3 regex with `\p{N}` (one number character a word) for `\p{N}{1,3}`.
 //!
-//! The GPT-2 split is a hand-written scanner (the `(?!\S)` lookahead is not a regular
-//! expression), a port of llama.cpp's `unicode_regex_split_custom_gpt2`, so its corner cases
-//! (a lone space before a digit, runs of spaces before a word) split the same way.
+//! The splits are hand-written scanners (the `(?!\S)` lookahead is not a regular expression).
+//! The GPT-2 one is a port of llama.cpp's `unicode_regex_split_custom_gpt2`, so its corner
+//! cases (a lone space before a digit, runs of spaces before a word) split the same way; the
+//! Llama 3 / Qwen2 one follows the regex alternative by alternative (leftmost alternative
+//! first, greedy within it), as llama.cpp's `unicode_regex_split_custom_llama3` does.
+//! `tests/data/pretokenize/*.json` (from `scripts/pretokenize_fixture.py`) hold what the
+//! Python `regex` module finds for each regex over ~900 strings; the tests below compare.
+//!
+//! One deliberate difference from llama.cpp: `(?i:'s)` also matches `'ſ` (U+017F LATIN SMALL
+//! LETTER LONG S case-folds to `s`), as in the `regex` module; llama.cpp lower-cases instead of
+//! case-folding (its Qwen2 regex spells the contractions `'[sS]`), so it keeps `'ſt` one word
+//! where this gives `'ſ`, `t`.
 
 use super::unicode::{Cat, Categories};
 use crate::error::{Error, Result};
@@ -21,6 +34,10 @@ pub enum Pre {
     Gpt2,
     /// Every number character isolated, then the GPT-2 regex (`smollm` and its aliases).
     DigitsThenGpt2,
+    /// The Llama 3 regex: numbers in runs of up to three (`llama-bpe` and its aliases).
+    Llama3,
+    /// The Llama 3 regex with one number character a word (`qwen2` and its aliases).
+    Qwen2,
 }
 
 impl Pre {
@@ -31,10 +48,16 @@ impl Pre {
             | "jina-v2-code" | "roberta-bpe" => Pre::Gpt2,
             "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone"
             | "minerva" => Pre::DigitsThenGpt2,
+            // llama.cpp's LLAMA3, DBRX, SMAUG and CHATGLM4 pre-tokenizer types: one regex.
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral"
+            | "midm-2.0" | "lfm2" | "dbrx" | "smaug-bpe" | "glm4" | "chatglm-bpe" => Pre::Llama3,
+            // llama.cpp's QWEN2, STABLELM2, HUNYUAN and SOLAR_OPEN pre-tokenizer types.
+            "qwen2" | "deepseek-r1-qwen" | "kormo" | "megrez" | "stablelm2" | "hunyuan"
+            | "solar-open" => Pre::Qwen2,
             other => {
                 return Err(Error::invalid_input(format!(
-                    "tokenizer.ggml.pre `{other}` is not supported (gpt2, smollm and their \
-                     aliases are)"
+                    "tokenizer.ggml.pre `{other}` is not supported (gpt2, smollm, llama-bpe, \
+                     qwen2 and their aliases are)"
                 ))
                 .with_param("model"))
             }
@@ -59,6 +82,8 @@ impl Pre {
                 }
                 gpt2_split(&chars, start, chars.len(), cats, &mut push);
             }
+            Pre::Llama3 => llama3_split(&chars, 3, cats, &mut push),
+            Pre::Qwen2 => llama3_split(&chars, 1, cats, &mut push),
         }
     }
 }
@@ -150,6 +175,100 @@ fn gpt2_split(
     }
 }
 
+/// The Llama 3 split of `chars` with numbers in runs of at most `max_digits` (3 for Llama 3,
+/// 1 for Qwen2), calling `push(start, end)` per word (char indices). Every character starts a
+/// match of some alternative, so the words cover the text.
+fn llama3_split(
+    chars: &[(usize, char)],
+    max_digits: usize,
+    cats: &Categories,
+    push: &mut dyn FnMut(usize, usize),
+) {
+    let n = chars.len();
+    let cpt = |p: usize| chars.get(p).map(|&(_, c)| c);
+    let cat = |p: usize| cpt(p).map(|c| cats.of(c));
+    let is_newline = |p: usize| matches!(cpt(p), Some('\r' | '\n'));
+    // `(?i:...)` case-folds: ASCII letters, and U+017F LONG S folds to `s`.
+    let folded = |p: usize| match cpt(p) {
+        Some('\u{17f}') => Some('s'),
+        c => c.map(|c| c.to_ascii_lowercase()),
+    };
+    let mut pos = 0;
+    while pos < n {
+        let start = pos;
+        let c = chars[pos].1;
+        let here = cats.of(c);
+        // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+        if c == '\'' {
+            let n1 = folded(pos + 1);
+            let len = if matches!(n1, Some('s' | 't' | 'm' | 'd')) {
+                2
+            } else if matches!(
+                (n1, folded(pos + 2)),
+                (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l'))
+            ) {
+                3
+            } else {
+                0
+            };
+            if len > 0 {
+                pos += len;
+                push(start, pos);
+                continue;
+            }
+        }
+        // [^\r\n\p{L}\p{N}]?\p{L}+
+        let lead = usize::from(here != Cat::Letter && here != Cat::Number && !is_newline(pos));
+        if cat(pos + lead) == Some(Cat::Letter) {
+            pos += lead;
+            while cat(pos) == Some(Cat::Letter) {
+                pos += 1;
+            }
+            push(start, pos);
+            continue;
+        }
+        // \p{N}{1,max_digits}
+        if here == Cat::Number {
+            while pos - start < max_digits && cat(pos) == Some(Cat::Number) {
+                pos += 1;
+            }
+            push(start, pos);
+            continue;
+        }
+        // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+        let space = usize::from(c == ' ');
+        if cat(pos + space) == Some(Cat::Other) {
+            pos += space;
+            while cat(pos) == Some(Cat::Other) {
+                pos += 1;
+            }
+            while is_newline(pos) {
+                pos += 1;
+            }
+            push(start, pos);
+            continue;
+        }
+        // Only white space is left: `here` is Cat::Space.
+        let mut end = pos;
+        let mut after_last_newline = None;
+        while cat(end) == Some(Cat::Space) {
+            end += 1;
+            if is_newline(end - 1) {
+                after_last_newline = Some(end);
+            }
+        }
+        pos = match after_last_newline {
+            // \s*[\r\n]+: up to the run's last line break.
+            Some(e) => e,
+            // \s+(?!\S): before a non-space, leave the last space to start the next word.
+            None if end < n && end - pos > 1 => end - 1,
+            // \s+
+            None => end,
+        };
+        push(start, pos);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,10 +302,117 @@ mod tests {
     }
 
     #[test]
-    fn unknown_pre_tokenizer_is_an_error() {
-        let err = Pre::from_name("llama-bpe").unwrap_err();
+    fn llama3_and_qwen2_split_as_their_regexes() {
+        for pre in [Pre::Llama3, Pre::Qwen2] {
+            assert_eq!(
+                words(pre, "I'M here, THEY'LL see"),
+                ["I", "'M", " here", ",", " THEY", "'LL", " see"]
+            );
+            assert_eq!(
+                words(pre, "!abc  def\n\n  x"),
+                ["!abc", " ", " def", "\n\n", " ", " x"]
+            );
+            assert_eq!(words(pre, "x.\r\n\r\ny"), ["x", ".\r\n\r\n", "y"]);
+            assert_eq!(words(pre, "a \t\n b  "), ["a", " \t\n", " b", "  "]);
+            assert_eq!(words(pre, "'x 'll"), ["'x", " '", "ll"]);
+        }
+        assert_eq!(
+            words(Pre::Llama3, "x 1234567"),
+            ["x", " ", "123", "456", "7"]
+        );
+        assert_eq!(words(Pre::Qwen2, "x 123"), ["x", " ", "1", "2", "3"]);
+    }
+
+    /// Every case of `tests/data/pretokenize/<name>.json` (the Python `regex` module's
+    /// `findall`, see `scripts/pretokenize_fixture.py`) splits the same here.
+    fn check_fixture(pre: Pre, name: &str, json: &str) {
+        let cats = Categories::new();
+        let cases: serde_json::Value = serde_json::from_str(json).expect("fixture JSON");
+        let cases = cases.as_array().expect("a list of cases");
+        assert!(cases.len() > 800, "{name}: {} cases", cases.len());
+        let mut failures = Vec::new();
+        for case in cases {
+            let text = case["text"].as_str().expect("text");
+            let want: Vec<&str> = case["pieces"]
+                .as_array()
+                .expect("pieces")
+                .iter()
+                .map(|p| p.as_str().expect("a piece"))
+                .collect();
+            let mut out = Vec::new();
+            pre.split(text, &cats, &mut out);
+            let got: Vec<&str> = out.iter().map(|&(a, b)| &text[a..b]).collect();
+            if got != want {
+                failures.push(format!("{text:?}\n   got  {got:?}\n   want {want:?}"));
+            }
+        }
         assert!(
-            err.to_string().contains("`llama-bpe` is not supported"),
+            failures.is_empty(),
+            "{name}: {} of {} cases differ from the regex:\n{}",
+            failures.len(),
+            cases.len(),
+            failures[..failures.len().min(20)].join("\n")
+        );
+    }
+
+    #[test]
+    fn gpt2_matches_the_regex_oracle() {
+        check_fixture(
+            Pre::Gpt2,
+            "gpt2",
+            include_str!("../../tests/data/pretokenize/gpt2.json"),
+        );
+    }
+
+    #[test]
+    fn smollm_matches_the_regex_oracle() {
+        check_fixture(
+            Pre::DigitsThenGpt2,
+            "smollm",
+            include_str!("../../tests/data/pretokenize/smollm.json"),
+        );
+    }
+
+    #[test]
+    fn llama3_matches_the_regex_oracle() {
+        check_fixture(
+            Pre::Llama3,
+            "llama3",
+            include_str!("../../tests/data/pretokenize/llama3.json"),
+        );
+    }
+
+    #[test]
+    fn qwen2_matches_the_regex_oracle() {
+        check_fixture(
+            Pre::Qwen2,
+            "qwen2",
+            include_str!("../../tests/data/pretokenize/qwen2.json"),
+        );
+    }
+
+    #[test]
+    fn pre_tokenizer_names() {
+        for (name, pre) in [
+            ("gpt2", Pre::Gpt2),
+            ("smollm", Pre::DigitsThenGpt2),
+            ("llama-bpe", Pre::Llama3),
+            ("llama3", Pre::Llama3),
+            ("smaug-bpe", Pre::Llama3),
+            ("dbrx", Pre::Llama3),
+            ("qwen2", Pre::Qwen2),
+            ("deepseek-r1-qwen", Pre::Qwen2),
+            ("stablelm2", Pre::Qwen2),
+        ] {
+            assert_eq!(Pre::from_name(name).unwrap(), pre, "{name}");
+        }
+    }
+
+    #[test]
+    fn unknown_pre_tokenizer_is_an_error() {
+        let err = Pre::from_name("deepseek-llm").unwrap_err();
+        assert!(
+            err.to_string().contains("`deepseek-llm` is not supported"),
             "{err}"
         );
     }

@@ -9,6 +9,11 @@ fn gguf_bytes(b: Builder) -> Vec<u8> {
 
 /// A byte-level BPE vocabulary: the 256 byte tokens, some merges, and two control tokens.
 fn bpe_file(extra: &[(&str, &str)]) -> Vec<u8> {
+    bpe_file_with(extra, &[], "smollm")
+}
+
+/// [`bpe_file`] with extra whole-word tokens no merge makes, and a pre-tokenizer name.
+fn bpe_file_with(extra: &[(&str, &str)], words: &[&str], pre: &str) -> Vec<u8> {
     let mut tokens: Vec<String> = vec!["<s>".into(), "<|sep|>".into()];
     tokens.extend((0..=255u8).map(|b| crate::vocab::gpt2::encode(&[b])));
     let mut merges = Vec::new();
@@ -19,12 +24,13 @@ fn bpe_file(extra: &[(&str, &str)]) -> Vec<u8> {
             tokens.push(joined);
         }
     }
+    tokens.extend(words.iter().map(|w| w.to_string()));
     let mut types = vec![3, 3];
     types.extend(std::iter::repeat_n(1, tokens.len() - 2));
     gguf_bytes(
         Builder::new()
             .string("tokenizer.ggml.model", "gpt2")
-            .string("tokenizer.ggml.pre", "smollm")
+            .string("tokenizer.ggml.pre", pre)
             .strings("tokenizer.ggml.tokens", &tokens)
             .i32s("tokenizer.ggml.token_type", &types)
             .strings("tokenizer.ggml.merges", &merges)
@@ -54,6 +60,32 @@ fn bpe_merges_lowest_rank_first() {
     let ids = tok.encode("hello world", false, false);
     assert_eq!(texts(&tok, &ids), ["hello", " w", "or", "l", "d"]);
     assert_eq!(tok.decode(&ids, false), b"hello world");
+}
+
+#[test]
+fn llama3_tokenizers_take_a_word_that_is_a_token_whole() {
+    // "hello" is a token no merge reaches; llama.cpp's `ignore_merges` (llama-bpe and kin)
+    // takes it whole and adds a BOS by default, other pre-tokenizers merge as far as they can.
+    let merges = [("h", "e"), ("l", "l"), ("he", "ll")];
+    let llama3 =
+        Tokenizer::from_gguf_bytes(&bpe_file_with(&merges, &["hello"], "llama-bpe")).unwrap();
+    let ids = llama3.encode("hello", false, false);
+    assert_eq!(texts(&llama3, &ids), ["hello"]);
+    assert_eq!(
+        llama3.encode("hello", true, false)[0],
+        0,
+        "a BOS by default"
+    );
+    let qwen2 = Tokenizer::from_gguf_bytes(&bpe_file_with(&merges, &["hello"], "qwen2")).unwrap();
+    assert_eq!(
+        texts(&qwen2, &qwen2.encode("hello", false, false)),
+        ["hell", "o"]
+    );
+    assert_eq!(
+        qwen2.encode("hello", true, false).len(),
+        2,
+        "no BOS by default"
+    );
 }
 
 #[test]
