@@ -456,6 +456,96 @@ mod tests {
         }
     }
 
+    /// The types with oracle fixtures, on the fixture's random blocks (every bit pattern, where
+    /// the quantizer writes only some): the reference `dot` against an f64 dot product of the
+    /// *oracle's* values (f32 accumulation error: 1e-6 of the sum of magnitudes times √n, as in
+    /// tests/model_quant.rs), and `matvec`, `matmul_t` and their portable bodies against `dot`
+    /// at 1e-5 relative, as above.
+    #[test]
+    fn kernels_match_the_oracle_on_random_blocks() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+        };
+        for ty in [QuantType::Q2_K, QuantType::Q3_K, QuantType::IQ4_NL] {
+            let case = super::super::oracle::cases(ty)
+                .into_iter()
+                .find(|c| c.name.ends_with("random blocks"))
+                .unwrap();
+            let (w, values) = (&case.bytes, &case.values);
+            let rows = if ty.block_len() == 256 { 6 } else { 8 };
+            let cols = values.len() / rows;
+            let rb = w.len() / rows;
+            let t = 5;
+            let xs: Vec<f32> = (0..t * cols).map(|_| rnd()).collect();
+            let mut out_t = vec![0f32; rows * t];
+            matmul_t(ty, w, &xs, t, &mut out_t);
+            let mut out_t_portable = vec![0f32; rows * t];
+            dequantized_matmul_t::<false>(
+                ty,
+                w,
+                rb,
+                &xs,
+                t,
+                &mut out_t_portable,
+                &mut vec![0.0; cols],
+            );
+            let mut max_rel = 0f64;
+            for i in 0..t {
+                let x = &xs[i * cols..][..cols];
+                let mut out = vec![0f32; rows];
+                matvec(ty, w, x, &mut out);
+                let mut portable = vec![0f32; rows];
+                let mut buf = vec![0f32; cols];
+                for (o, row) in portable.iter_mut().zip(w.chunks_exact(rb)) {
+                    dequantize_unchecked(ty, row, &mut buf);
+                    *o = dot_f32_with::<false>(&buf, x);
+                }
+                for r in 0..rows {
+                    let row = &w[r * rb..][..rb];
+                    let oracle = &values[r * cols..][..cols];
+                    let exact: f64 = oracle
+                        .iter()
+                        .zip(x)
+                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                        .sum();
+                    let scale: f64 = oracle
+                        .iter()
+                        .zip(x)
+                        .map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs())
+                        .sum();
+                    let want = super::super::dot(ty, row, x).unwrap();
+                    let name = ty.name();
+                    let err = (f64::from(want) - exact).abs();
+                    assert!(
+                        err <= 1e-6 * scale * (cols as f64).sqrt(),
+                        "{name} dot row {r} input {i}: {want} vs oracle {exact}"
+                    );
+                    max_rel = max_rel.max(err / scale);
+                    let tol = 1e-5 * (1.0 + want.abs());
+                    for (what, got) in [
+                        ("matvec", out[r]),
+                        ("portable matvec", portable[r]),
+                        ("matmul_t", out_t[r * t + i]),
+                        ("portable matmul_t", out_t_portable[r * t + i]),
+                    ] {
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{name} {what} row {r} input {i}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+            eprintln!(
+                "{}: {rows}x{cols}, dot vs the oracle's f64 dot: max |error| / Σ|w·x| = {max_rel:.2e}",
+                ty.name()
+            );
+        }
+    }
+
     /// `matvec` and `matmul_t` against the reference `dot`, for every type, several row counts
     /// and input counts (tiles of 4 and remainders), at 1e-5 relative (sums in another order).
     #[test]

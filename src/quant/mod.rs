@@ -1,10 +1,14 @@
 //! Weight formats: a reference dequantizer and dot product for each ggml type a model uses.
 //!
-//! Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (blocks of 32) and Q4_K, Q5_K, Q6_K
-//! (super-blocks of 256). The byte layouts are ggml's (`ggml-common.h`); values are
-//! dequantized exactly as `dequantize_row_*` does, in f32, so a forward pass over these weights
-//! is an exact-f32 reference (llama.cpp itself rounds activations to 8 bits before its
-//! quantized dot products, this module never does).
+//! Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (blocks of 32) and Q2_K,
+//! Q3_K, Q4_K, Q5_K, Q6_K (super-blocks of 256). The byte layouts are ggml's
+//! (`ggml-common.h`); values are dequantized exactly as `dequantize_row_*` does, in f32, so a
+//! forward pass over these weights is an exact-f32 reference (llama.cpp itself rounds
+//! activations to 8 bits before its quantized dot products, this module never does).
+//!
+//! IQ4_NL (18 bytes): `d` (f16), then 16 bytes `qs` whose low nibbles are elements 0..16 and
+//! high nibbles elements 16..32 (Q4_0's order); element = `d · KVALUES_IQ4NL[nibble]`, a fixed
+//! non-linear table of 16 levels.
 //!
 //! [`dot`] is the reference dot product of a weight row with f32 activations. The CPU forward
 //! pass runs the same arithmetic through the matrix kernels of `kernels.rs` (many rows, one or
@@ -22,7 +26,17 @@ mod kquant;
 
 pub(crate) use kernels::{dot_f32_with, madd, matmul_t, matvec};
 
-pub use kquant::{dequantize_q4_k, dequantize_q5_k, dequantize_q6_k};
+pub use kquant::{
+    dequantize_q2_k, dequantize_q3_k, dequantize_q4_k, dequantize_q5_k, dequantize_q6_k,
+};
+
+#[cfg(test)]
+mod oracle;
+
+/// IQ4_NL's 16 levels (ggml's `kvalues_iq4nl`), indexed by a nibble.
+pub const KVALUES_IQ4NL: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
 
 /// A ggml tensor type this crate can compute with (ggml's names, underscores included).
 #[allow(non_camel_case_types)]
@@ -36,13 +50,16 @@ pub enum QuantType {
     Q4_1,
     Q5_0,
     Q5_1,
+    IQ4_NL,
+    Q2_K,
+    Q3_K,
     Q4_K,
     Q5_K,
     Q6_K,
 }
 
 /// Every supported type, in ggml id order.
-pub const ALL_TYPES: [QuantType; 11] = [
+pub const ALL_TYPES: [QuantType; 14] = [
     QuantType::F32,
     QuantType::F16,
     QuantType::Q4_0,
@@ -50,9 +67,12 @@ pub const ALL_TYPES: [QuantType; 11] = [
     QuantType::Q5_0,
     QuantType::Q5_1,
     QuantType::Q8_0,
+    QuantType::Q2_K,
+    QuantType::Q3_K,
     QuantType::Q4_K,
     QuantType::Q5_K,
     QuantType::Q6_K,
+    QuantType::IQ4_NL,
     QuantType::BF16,
 ];
 
@@ -68,9 +88,12 @@ impl QuantType {
             6 => Q5_0,
             7 => Q5_1,
             8 => Q8_0,
+            10 => Q2_K,
+            11 => Q3_K,
             12 => Q4_K,
             13 => Q5_K,
             14 => Q6_K,
+            20 => IQ4_NL,
             30 => BF16,
             _ => return None,
         })
@@ -87,9 +110,12 @@ impl QuantType {
             Q5_0 => 6,
             Q5_1 => 7,
             Q8_0 => 8,
+            Q2_K => 10,
+            Q3_K => 11,
             Q4_K => 12,
             Q5_K => 13,
             Q6_K => 14,
+            IQ4_NL => 20,
             BF16 => 30,
         }
     }
@@ -106,6 +132,9 @@ impl QuantType {
             Q4_1 => "Q4_1",
             Q5_0 => "Q5_0",
             Q5_1 => "Q5_1",
+            IQ4_NL => "IQ4_NL",
+            Q2_K => "Q2_K",
+            Q3_K => "Q3_K",
             Q4_K => "Q4_K",
             Q5_K => "Q5_K",
             Q6_K => "Q6_K",
@@ -117,8 +146,8 @@ impl QuantType {
         use QuantType::*;
         match self {
             F32 | F16 | BF16 => 1,
-            Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 => 32,
-            Q4_K | Q5_K | Q6_K => 256,
+            Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | IQ4_NL => 32,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => 256,
         }
     }
 
@@ -133,6 +162,9 @@ impl QuantType {
             Q4_1 => 20,
             Q5_0 => 22,
             Q5_1 => 24,
+            IQ4_NL => 18,
+            Q2_K => 84,
+            Q3_K => 110,
             Q4_K => 144,
             Q5_K => 176,
             Q6_K => 210,
@@ -327,6 +359,16 @@ fn dequantize_block(ty: QuantType, b: &[u8], y: &mut [f32]) {
                 y[j + 16] = (u32::from(qs[j] >> 4) | h1) as f32 * d + m;
             }
         }
+        QuantType::IQ4_NL => {
+            let d = half(b, 0);
+            let qs = &b[2..18];
+            for j in 0..16 {
+                y[j] = d * f32::from(KVALUES_IQ4NL[usize::from(qs[j] & 0xf)]);
+                y[j + 16] = d * f32::from(KVALUES_IQ4NL[usize::from(qs[j] >> 4)]);
+            }
+        }
+        QuantType::Q2_K => kquant::dequantize_q2_k(b, y),
+        QuantType::Q3_K => kquant::dequantize_q3_k(b, y),
         QuantType::Q4_K => kquant::dequantize_q4_k(b, y),
         QuantType::Q5_K => kquant::dequantize_q5_k(b, y),
         QuantType::Q6_K => kquant::dequantize_q6_k(b, y),
@@ -507,7 +549,8 @@ pub(crate) fn dot_unchecked(ty: QuantType, row: &[u8], x: &[f32]) -> f32 {
 
 /// Quantizes `x` (a whole number of blocks) to `ty` with a simple round-to-nearest quantizer
 /// per block (ggml's reference formulas for the 32-blocks; plain min/max scales for the
-/// K-types). For building test models, not for producing production quantizations.
+/// K-types; for IQ4_NL the level nearest each value, with the value of largest magnitude at
+/// −127). For building test models, not for producing production quantizations.
 pub fn quantize(ty: QuantType, x: &[f32]) -> Result<Vec<u8>> {
     let n = ty.row_bytes(x.len())?;
     let mut out = Vec::with_capacity(n);
@@ -586,6 +629,26 @@ fn quantize_block(ty: QuantType, x: &[f32], out: &mut Vec<u8>) {
                 .collect();
             pack_32(ty == QuantType::Q5_1, &q, out);
         }
+        QuantType::IQ4_NL => {
+            let m = signed_max(x);
+            let d = put_f16(out, if m != 0.0 { m / -127.0 } else { 0.0 });
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            let nearest = |v: f32| {
+                let v = v * id;
+                (0..16u8)
+                    .min_by(|&a, &b| {
+                        let da = (v - f32::from(KVALUES_IQ4NL[usize::from(a)])).abs();
+                        let db = (v - f32::from(KVALUES_IQ4NL[usize::from(b)])).abs();
+                        da.total_cmp(&db)
+                    })
+                    .expect("16 levels")
+            };
+            for j in 0..16 {
+                out.push(nearest(x[j]) | (nearest(x[j + 16]) << 4));
+            }
+        }
+        QuantType::Q2_K => kquant::quantize_q2_k(x, out),
+        QuantType::Q3_K => kquant::quantize_q3_k(x, out),
         QuantType::Q4_K => kquant::quantize_q45_k(x, false, out),
         QuantType::Q5_K => kquant::quantize_q45_k(x, true, out),
         QuantType::Q6_K => kquant::quantize_q6_k(x, out),
@@ -657,6 +720,35 @@ mod tests {
             );
         }
         assert_eq!(QuantType::from_ggml(9), None); // Q8_1 is not a weight format
+    }
+
+    #[test]
+    fn iq4_nl_equals_the_gguf_python_package_bit_for_bit() {
+        assert_eq!(
+            oracle::assert_dequantize_is_bit_exact(QuantType::IQ4_NL),
+            76 * 32
+        );
+    }
+
+    /// Each nibble on its own: low nibble of `qs[j]` is element j, high nibble element j + 16,
+    /// and the value is `d` times the table entry.
+    #[test]
+    fn iq4_nl_reads_nibbles_in_q4_0_order() {
+        for j in 0..16 {
+            for (k, &level) in KVALUES_IQ4NL.iter().enumerate() {
+                let mut b = [0x88u8; 18]; // nibble 8 is the level 1
+                b[..2].copy_from_slice(&0x4000u16.to_le_bytes()); // d = 2
+                b[2 + j] = 0x80 | k as u8;
+                let mut y = [0f32; 32];
+                dequantize(QuantType::IQ4_NL, &b, &mut y).unwrap();
+                assert_eq!(y[j], 2.0 * f32::from(level));
+                assert!(y.iter().enumerate().all(|(i, &v)| i == j || v == 2.0));
+                b[2 + j] = 0x08 | (k as u8) << 4;
+                dequantize(QuantType::IQ4_NL, &b, &mut y).unwrap();
+                assert_eq!(y[j + 16], 2.0 * f32::from(level));
+                assert!(y.iter().enumerate().all(|(i, &v)| i == j + 16 || v == 2.0));
+            }
+        }
     }
 
     #[test]
