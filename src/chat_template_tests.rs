@@ -312,3 +312,27 @@ fn templates_that_make_too_much_text_are_limit_errors() {
         assert!(secs < 1.0, "{template}: {secs} s");
     }
 }
+
+#[test]
+fn gemma3_files_without_a_template_get_gemmas_turn_format() {
+    let file = crate::gguf::Builder::new()
+        .string("general.architecture", "gemma3")
+        .build();
+    let gguf = crate::gguf::Gguf::parse(&file).unwrap();
+    let template = super::gguf_template(&gguf).expect("a fallback for gemma3");
+    let messages = [
+        Message::new("system", "Be brief."),
+        Message::new("user", "Hi"),
+        Message::new("assistant", "Hello."),
+        Message::new("user", " And now? "),
+    ];
+    assert_eq!(
+        render(&template, &messages, true, "<bos>", "<eos>").unwrap(),
+        "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n\
+         <start_of_turn>user\nAnd now?<end_of_turn>\n<start_of_turn>model\n"
+    );
+    let other = crate::gguf::Builder::new()
+        .string("general.architecture", "llama")
+        .build();
+    assert!(super::gguf_template(&crate::gguf::Gguf::parse(&other).unwrap()).is_none());
+}

@@ -65,10 +65,7 @@ impl Engine {
                 .with_param("model")
             })?;
         let tokenizer = Tokenizer::from_gguf(gguf)?;
-        let template = gguf
-            .get("tokenizer.chat_template")
-            .and_then(GgufValue::as_str)
-            .map(str::to_owned);
+        let template = crate::chat_template::gguf_template(gguf);
         let model_name = gguf
             .get("general.name")
             .and_then(GgufValue::as_str)
