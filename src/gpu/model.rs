@@ -211,9 +211,8 @@ impl Model {
     /// half-uploaded.
     pub fn check_fits<B: AsRef<[u8]>>(ctx: &Context, cpu: &model::Model<B>) -> Result<()> {
         let arch = cpu.config().arch;
-        if matches!(arch, model::Arch::Gemma3 | model::Arch::Phi3) {
-            // Gemma 3: no GELU, sliding-window attention or post-norms among the kernels yet;
-            // Phi-3: its fused tensors upload as row ranges, but not yet tested there.
+        if arch == model::Arch::Gemma3 {
+            // No GELU, sliding-window attention or post-norms among the kernels yet.
             return Err(Error::gpu(format!(
                 "the WebGPU path does not run `{}` models yet; this one runs on the CPU",
                 arch.name()
