@@ -8,7 +8,7 @@
 //   2  v       array<KvElement>  read  capacity * kv_heads * head_dim
 //   3  scores  array<f32>  read_write  tokens * heads * capacity (scratch)
 //   4  out     array<f32>  read_write  tokens * heads * head_dim
-//   5  params  Params      uniform     heads, kv_heads, head_dim, pos0, tokens, capacity, scale
+//   5  params  Params      uniform     heads, kv_heads, head_dim, pos0, tokens, capacity, scale, window
 //
 // Dispatch: (heads, tokens, 1) workgroups of WG invocations: they stride over positions for
 // the scores, then over dimensions for the weighted sum of values.
@@ -38,7 +38,9 @@ struct Params {
     tokens: u32,
     capacity: u32,
     scale_bits: u32,
-    unused: u32,
+    // A sliding window (Gemma 3's local layers): the last `window` positions, the token's own
+    // included; 0: every position up to the token's.
+    window: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -137,10 +139,14 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index
     let q_base = (token * params.heads + head) * hd;
     let s_base = (token * params.heads + head) * params.capacity;
     let visible = params.pos0 + token + 1u;
+    var first = 0u;
+    if (params.window != 0u && visible > params.window) {
+        first = visible - params.window;
+    }
     let scale = bitcast<f32>(params.scale_bits);
 
     var local_max = -3.0e38;
-    for (var p = local; p < visible; p = p + WG) {
+    for (var p = first + local; p < visible; p = p + WG) {
         let k_base = p * kv_width + kv_head * hd;
         var dot = 0.0;
         for (var i = 0u; i < hd; i = i + 1u) {
@@ -152,7 +158,7 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index
     }
     let m = reduce_max(local, local_max);
     var local_sum = 0.0;
-    for (var p = local; p < visible; p = p + WG) {
+    for (var p = first + local; p < visible; p = p + WG) {
         let e = exp(scores[s_base + p] - m);
         scores[s_base + p] = e;
         local_sum = local_sum + e;
@@ -163,7 +169,7 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index
     storageBarrier();
     for (var i = local; i < hd; i = i + WG) {
         var acc = 0.0;
-        for (var p = 0u; p < visible; p = p + 1u) {
+        for (var p = first; p < visible; p = p + 1u) {
             acc = acc + scores[s_base + p] * f32(v[p * kv_width + kv_head * hd + i]);
         }
         out[q_base + i] = acc * inv_sum;

@@ -6,7 +6,8 @@
 //   0  weights  array<u32>  read        rows * row_words
 //   1  ids      array<u32>  read        tokens
 //   2  out      array<f32>  read_write  tokens * cols
-//   3  params   Params      uniform     cols, tokens, format, row_words, first_row, rows
+//   3  params   Params      uniform     cols, tokens, format, row_words, first_row, rows,
+//                                       scale (f32 bits: Gemma's √n_embd, else 1)
 //
 // A table over the adapter's storage binding limit is bound one row chunk at a time
 // (src/gpu/matvec.rs), rows first_row..first_row + rows; each chunk's dispatch writes only
@@ -22,8 +23,8 @@ struct Params {
     row_words: u32,
     first_row: u32,
     rows: u32,
-    unused_a: u32,
-    unused_b: u32,
+    scale_bits: u32,
+    unused: u32,
 }
 
 @group(0) @binding(0) var<storage, read> weights: array<u32>;
@@ -79,5 +80,5 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     if (row >= params.rows) {
         return;
     }
-    out[i] = weight(row * params.row_words, k);
+    out[i] = weight(row * params.row_words, k) * bitcast<f32>(params.scale_bits);
 }

@@ -308,13 +308,15 @@ fn reference_run<B: AsRef<[u8]>>(
 /// Each family's tiny random model (tests/data/tiny_models/, which tests/model_families.rs
 /// checks against llama.cpp) on every variant against its CPU twin: Qwen2's Q/K/V biases and
 /// tied output, Qwen3's per-head QK-norm with heads wider than n_embd / n_head, Phi-3's fused
-/// tensors (uploaded as row ranges) and RoPE factors, Llama 3.1's frequency factors, and both
-/// RoPE pairings. A 40-token prompt, then 6 greedy decode steps.
+/// tensors (uploaded as row ranges) and RoPE factors, Llama 3.1's frequency factors, Gemma 3's
+/// scaled embedding, post-norms, GELU and sliding-window layers with their own RoPE base (the
+/// 40-token prompt outgrows its window of 8), and both RoPE pairings. A 40-token prompt, then
+/// 6 greedy decode steps.
 #[test]
 fn every_family_matches_the_cpu() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_models");
     for ctx in contexts() {
-        for arch in ["llama", "llama3", "qwen2", "qwen3", "phi3"] {
+        for arch in ["llama", "llama3", "qwen2", "qwen3", "phi3", "gemma3"] {
             let file = std::fs::read(format!("{dir}/{arch}.gguf")).unwrap();
             let cpu = Model::from_gguf_bytes(&file[..]).unwrap();
             let gpu = GpuModel::upload(Arc::clone(&ctx), &cpu).unwrap();

@@ -191,10 +191,27 @@ fn silu_mul_and_add_match_cpu() {
             .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
             .collect();
         let gb = buffer(ctx, &gate);
+        let ub = buffer(ctx, &up);
         let mut enc = encoder(ctx);
-        pollster::block_on(ctx.record_silu_mul(&mut enc, &gb, &buffer(ctx, &up), n)).unwrap();
+        pollster::block_on(ctx.record_silu_mul(&mut enc, &gb, &ub, n, false)).unwrap();
         let what = format!("silu_mul ({variant})");
         assert_close(&what, &finish(ctx, enc, &gb), &cpu, &cpu, 1e-6, 1e-7);
+        // Gemma's GeGLU: the CPU forward's gelu_tanh, with tanh through exp on the GPU.
+        let cpu: Vec<f32> = gate
+            .iter()
+            .zip(&up)
+            .map(|(g, u)| model::gelu_tanh(*g) * u)
+            .collect();
+        let scale: Vec<f32> = gate
+            .iter()
+            .zip(&up)
+            .map(|(g, u)| (g * u).abs() + 1e-3)
+            .collect();
+        let gb = buffer(ctx, &gate);
+        let mut enc = encoder(ctx);
+        pollster::block_on(ctx.record_silu_mul(&mut enc, &gb, &ub, n, true)).unwrap();
+        let what = format!("gelu_mul ({variant})");
+        assert_close(&what, &finish(ctx, enc, &gb), &cpu, &scale, 1e-6, 1e-7);
 
         // A residual (period n) and a bias over rows of 29 (the Q/K/V biases).
         for period in [n, 29] {
@@ -222,6 +239,7 @@ fn cpu_attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec<
         head_dim: hd,
         pos0,
         tokens,
+        window,
         ..
     } = shape;
     let (d, kv) = (heads * hd, kv_heads * hd);
@@ -230,15 +248,21 @@ fn cpu_attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec<
     let mut out = vec![0f32; tokens * d];
     for i in 0..tokens {
         let visible = pos0 + i + 1;
+        // The CPU forward's sliding window: the last `window` positions.
+        let first = if window == 0 {
+            0
+        } else {
+            visible.saturating_sub(window)
+        };
         for hq in 0..heads {
             let hk = hq / group;
             let qh = &q[i * d + hq * hd..][..hd];
-            let mut s: Vec<f32> = (0..visible)
+            let mut s: Vec<f32> = (first..visible)
                 .map(|p| crate::quant::dot_f32(qh, &k[p * kv + hk * hd..][..hd]) * scale)
                 .collect();
             model::softmax(&mut s);
             let o = &mut out[i * d + hq * hd..][..hd];
-            for (p, &w) in s.iter().enumerate() {
+            for (p, &w) in (first..visible).zip(&s) {
                 for (o, &vv) in o.iter_mut().zip(&v[p * kv + hk * hd..][..hd]) {
                     *o += w * vv;
                 }
@@ -318,6 +342,7 @@ fn kv_store_writes_each_chunk_at_its_positions() {
                 pos0,
                 tokens,
                 capacity,
+                window: 0,
             };
             let (k, v) = (rng.values(tokens * kv), rng.values(tokens * kv));
             want_k[pos0 * kv..][..tokens * kv].copy_from_slice(&k);
@@ -371,7 +396,16 @@ fn attention_matches_cpu_for_prefill_and_decode() {
     for ctx in contexts() {
         let ctx = &ctx;
         let mut rng = Rng(4);
-        for (pos0, tokens) in [(0, 7), (70, 1), (129, 3)] {
+        // Whole context, and a sliding window of 16 (Gemma 3's local layers) that the later
+        // positions outgrow.
+        for (pos0, tokens, window) in [
+            (0, 7, 0),
+            (70, 1, 0),
+            (129, 3, 0),
+            (0, 7, 16),
+            (70, 1, 16),
+            (129, 3, 16),
+        ] {
             let shape = AttentionShape {
                 heads: 9,
                 kv_heads: 3,
@@ -379,6 +413,7 @@ fn attention_matches_cpu_for_prefill_and_decode() {
                 pos0,
                 tokens,
                 capacity: 200,
+                window,
             };
             let kv = shape.kv_heads * shape.head_dim;
             let q = rng.values(tokens * shape.heads * shape.head_dim);

@@ -294,6 +294,7 @@ impl Context {
         ids: &wgpu::Buffer,
         out: &wgpu::Buffer,
         tokens: usize,
+        scale: f32,
     ) -> Result<()> {
         let (code, row_words) = gpu_layout(matrix.format, matrix.cols)?;
         let groups = ((tokens * matrix.cols) as u32).div_ceil(64);
@@ -305,7 +306,7 @@ impl Context {
                 row_words as u32,
                 chunk.first_row as u32,
                 chunk.rows as u32,
-                0,
+                scale.to_bits(),
                 0,
             ];
             self.record(

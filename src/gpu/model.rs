@@ -41,8 +41,10 @@ struct Layer {
     wo: Matrix,
     /// Qwen2's biases on Q, K and V.
     qkv_bias: Option<[wgpu::Buffer; 3]>,
-    /// Qwen3's RMSNorm weights over each Q and K head.
+    /// Qwen3's and Gemma 3's RMSNorm weights over each Q and K head.
     qk_norm: Option<[wgpu::Buffer; 2]>,
+    /// Gemma 3's RMSNorm weights after attention and after the feed-forward.
+    post_norms: Option<[wgpu::Buffer; 2]>,
     ffn_norm: wgpu::Buffer,
     w_gate: Matrix,
     w_up: Matrix,
@@ -137,6 +139,8 @@ struct Plan {
     /// The final norm and the logits of the last position.
     head: Vec<Dispatch>,
     attention_params: wgpu::Buffer,
+    /// The sliding-window layers' attention uniform (Gemma 3).
+    window_params: Option<wgpu::Buffer>,
 }
 
 #[derive(Debug)]
@@ -144,6 +148,9 @@ struct Scratch {
     ids: wgpu::Buffer,
     cos: wgpu::Buffer,
     sin: wgpu::Buffer,
+    /// The sliding-window layers' RoPE table (their own base); placeholders otherwise.
+    cos_local: wgpu::Buffer,
+    sin_local: wgpu::Buffer,
     x: wgpu::Buffer,
     h: wgpu::Buffer,
     q: wgpu::Buffer,
@@ -210,13 +217,11 @@ impl Model {
     /// hold is refused whole, naming the first matrix that does not fit, rather than
     /// half-uploaded.
     pub fn check_fits<B: AsRef<[u8]>>(ctx: &Context, cpu: &model::Model<B>) -> Result<()> {
-        let arch = cpu.config().arch;
-        if arch == model::Arch::Gemma3 {
-            // No GELU, sliding-window attention or post-norms among the kernels yet.
-            return Err(Error::gpu(format!(
-                "the WebGPU path does not run `{}` models yet; this one runs on the CPU",
-                arch.name()
-            )));
+        if cpu.config().final_logit_softcap.is_some() {
+            // The logits stay on the device for sampling; no kernel caps them yet.
+            return Err(Error::gpu(
+                "the WebGPU path has no final logit soft-capping yet; this model runs on the CPU",
+            ));
         }
         let mut matrices = vec![&cpu.tok_embd, &cpu.output];
         for l in &cpu.layers {
@@ -289,6 +294,12 @@ impl Model {
                     [
                         vector(&format!("blk.{i}.attn_q_norm"), q),
                         vector(&format!("blk.{i}.attn_k_norm"), k),
+                    ]
+                }),
+                post_norms: l.post_norms.as_ref().map(|[attention, ffn]| {
+                    [
+                        vector(&format!("blk.{i}.post_attention_norm"), attention),
+                        vector(&format!("blk.{i}.post_ffw_norm"), ffn),
                     ]
                 }),
                 ffn_norm: vector(&format!("blk.{i}.ffn_norm"), &l.ffn_norm),
@@ -378,10 +389,19 @@ impl Model {
         let (d, qd) = (c.n_embd, c.q_dim());
         let qk_norm = self.layers.iter().any(|l| l.qk_norm.is_some());
         let raw = |floats: usize| if qk_norm { floats } else { 1 };
+        let local = |floats: usize| {
+            if c.sliding_window.is_some() {
+                floats
+            } else {
+                1
+            }
+        };
         let scratch = Scratch {
             ids: zeros("ids", t),
             cos: zeros("rope.cos", t * c.rope_dim / 2),
             sin: zeros("rope.sin", t * c.rope_dim / 2),
+            cos_local: zeros("rope.cos_local", local(t * c.rope_dim / 2)),
+            sin_local: zeros("rope.sin_local", local(t * c.rope_dim / 2)),
             x: zeros("x", t * d),
             h: zeros("h", t * d),
             q: zeros("q", t * qd),
@@ -614,10 +634,20 @@ impl Model {
             pos0: 0,
             tokens: t,
             capacity: session.capacity,
+            window: 0,
         };
         let attention_uniform = ctx.params_buffer("attention.params", &attention_params(shape));
+        // The sliding-window layers' uniform: the same but for the window.
+        let window_uniform = c.sliding_window.map(|window| {
+            let shape = AttentionShape { window, ..shape };
+            ctx.params_buffer("attention.params.window", &attention_params(shape))
+        });
         let mut embedding = Vec::new();
-        ctx.record_embedding(&mut embedding, &self.tok_embd, &s.ids, &s.x, t)
+        let scale = match c.arch {
+            model::Arch::Gemma3 => (d as f32).sqrt(),
+            _ => 1.0,
+        };
+        ctx.record_embedding(&mut embedding, &self.tok_embd, &s.ids, &s.x, t, scale)
             .await?;
         let (heads, hd, rd) = (c.n_head, c.head_dim, c.rope_dim);
         let mut layers = Vec::with_capacity(self.layers.len());
@@ -646,38 +676,52 @@ impl Model {
                 ctx.record_rms_norm(&mut e, (k, k_norm, &s.k), hd, t * c.n_head_kv, eps)
                     .await?;
             }
+            let (cos, sin, uniform) = match &window_uniform {
+                Some(w) if c.is_sliding(li) => (&s.cos_local, &s.sin_local, w),
+                _ => (&s.cos, &s.sin, &attention_uniform),
+            };
             let halves = c.arch.rope_halves();
-            ctx.record_rope(&mut e, (&s.q, &s.cos, &s.sin), heads, hd, rd, t, halves)
+            ctx.record_rope(&mut e, (&s.q, cos, sin), heads, hd, rd, t, halves)
                 .await?;
-            ctx.record_rope(
-                &mut e,
-                (&s.k, &s.cos, &s.sin),
-                c.n_head_kv,
-                hd,
-                rd,
-                t,
-                halves,
-            )
-            .await?;
+            ctx.record_rope(&mut e, (&s.k, cos, sin), c.n_head_kv, hd, rd, t, halves)
+                .await?;
             let caches = (&session.k_cache[li], &session.v_cache[li]);
             let stored = (&s.k, &s.v, caches.0, caches.1);
             ctx.record_kv_store(&mut e, stored, &attention_uniform, shape)
                 .await?;
             let buffers = (&s.q, caches.0, caches.1, &s.scores, &s.att);
-            ctx.record_attention_with(&mut e, buffers, &attention_uniform, shape)
+            ctx.record_attention_with(&mut e, buffers, uniform, shape)
                 .await?;
             ctx.record_matvec(&mut e, &l.wo, &s.att, &s.proj, t).await?;
-            ctx.record_add(&mut e, &s.x, &s.proj, t * d, t * d).await?;
+            // Gemma 3 normalises the block's output before the residual (into h, free here).
+            let out = match &l.post_norms {
+                Some([after_attention, _]) => {
+                    let norm = (&s.proj, after_attention, &s.h);
+                    ctx.record_rms_norm(&mut e, norm, d, t, c.rms_eps).await?;
+                    &s.h
+                }
+                None => &s.proj,
+            };
+            ctx.record_add(&mut e, &s.x, out, t * d, t * d).await?;
             ctx.record_rms_norm(&mut e, (&s.x, &l.ffn_norm, &s.h), d, t, c.rms_eps)
                 .await?;
             ctx.record_matvec(&mut e, &l.w_gate, &s.h, &s.gate, t)
                 .await?;
             ctx.record_matvec(&mut e, &l.w_up, &s.h, &s.up, t).await?;
-            ctx.record_silu_mul(&mut e, &s.gate, &s.up, t * c.n_ff)
+            let gelu = c.arch == model::Arch::Gemma3;
+            ctx.record_silu_mul(&mut e, &s.gate, &s.up, t * c.n_ff, gelu)
                 .await?;
             ctx.record_matvec(&mut e, &l.w_down, &s.gate, &s.proj, t)
                 .await?;
-            ctx.record_add(&mut e, &s.x, &s.proj, t * d, t * d).await?;
+            let out = match &l.post_norms {
+                Some([_, after_ffn]) => {
+                    let norm = (&s.proj, after_ffn, &s.h);
+                    ctx.record_rms_norm(&mut e, norm, d, t, c.rms_eps).await?;
+                    &s.h
+                }
+                None => &s.proj,
+            };
+            ctx.record_add(&mut e, &s.x, out, t * d, t * d).await?;
             layers.push(e);
         }
         let mut head = Vec::new();
@@ -698,6 +742,7 @@ impl Model {
             layers,
             head,
             attention_params: attention_uniform,
+            window_params: window_uniform,
         })
     }
 
@@ -714,8 +759,8 @@ impl Model {
         let t = tokens.len();
         let d = c.n_embd;
         let pos0 = session.pos;
-        let (cos, sin) =
-            model::rope_table(c, c.rope_base, c.rope_factors(session.capacity), pos0, t);
+        let factors = c.rope_factors(session.capacity);
+        let (cos, sin) = model::rope_table(c, c.rope_base, factors, pos0, t);
         let plan_index = self.plan_for(session, t).await?;
         let s = &session.scratch;
         let plan = &session.plans[plan_index];
@@ -725,6 +770,13 @@ impl Model {
             .write_buffer(&s.cos, 0, bytemuck::cast_slice(&cos));
         ctx.queue
             .write_buffer(&s.sin, 0, bytemuck::cast_slice(&sin));
+        if c.sliding_window.is_some() {
+            let (cos, sin) = model::rope_table(c, c.rope_base_local, factors, pos0, t);
+            ctx.queue
+                .write_buffer(&s.cos_local, 0, bytemuck::cast_slice(&cos));
+            ctx.queue
+                .write_buffer(&s.sin_local, 0, bytemuck::cast_slice(&sin));
+        }
         let shape = AttentionShape {
             heads: c.n_head,
             kv_heads: c.n_head_kv,
@@ -732,12 +784,18 @@ impl Model {
             pos0,
             tokens: t,
             capacity: session.capacity,
+            window: 0,
         };
         ctx.queue.write_buffer(
             &plan.attention_params,
             0,
             bytemuck::cast_slice(&attention_params(shape)),
         );
+        if let (Some(uniform), Some(window)) = (&plan.window_params, c.sliding_window) {
+            let shape = AttentionShape { window, ..shape };
+            ctx.queue
+                .write_buffer(uniform, 0, bytemuck::cast_slice(&attention_params(shape)));
+        }
 
         let mut e = ctx
             .device

@@ -170,23 +170,20 @@ impl Context {
             .await
     }
 
-    /// `gate = silu(gate) * up` over `n` values.
+    /// `gate = silu(gate) * up` over `n` values, or with `gelu` `gelu(gate) * up` (the CPU
+    /// twin `model::gelu_tanh`).
     pub(crate) async fn record_silu_mul(
         &self,
         encoder: &mut impl Sink,
         gate: &wgpu::Buffer,
         up: &wgpu::Buffer,
         n: usize,
+        gelu: bool,
     ) -> Result<()> {
         let groups = (n as u32).div_ceil(WORKGROUP);
-        self.record(
-            encoder,
-            SILU_MUL,
-            &[gate, up],
-            &[n as u32, 0, 0, 0],
-            (groups, 1, 1),
-        )
-        .await
+        let params = [n as u32, u32::from(gelu), 0, 0];
+        self.record(encoder, SILU_MUL, &[gate, up], &params, (groups, 1, 1))
+            .await
     }
 
     /// `x[i] += y[i % period]` over `n` values: `period` = `n` adds two vectors, a row width
@@ -217,6 +214,8 @@ pub(crate) struct AttentionShape {
     pub tokens: usize,
     /// Positions the cache (and the scores scratch) holds.
     pub capacity: usize,
+    /// A sliding window: each token attends to its last `window` positions; 0: all of them.
+    pub window: usize,
 }
 
 /// The attention kernel's uniform for `shape` (only `pos0` changes between decode steps: the
@@ -231,7 +230,7 @@ pub(crate) fn attention_params(shape: AttentionShape) -> [u32; 8] {
         shape.tokens as u32,
         shape.capacity as u32,
         scale.to_bits(),
-        0,
+        shape.window as u32,
     ]
 }
 

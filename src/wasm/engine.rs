@@ -117,7 +117,8 @@ fn probe_memory(what: &str, bytes: usize) -> Result<()> {
 /// The backend a loaded engine runs on.
 enum Backend {
     Cpu {
-        model: Model<Vec<u8>>,
+        // Boxed: the model's config makes this variant several times the others.
+        model: Box<Model<Vec<u8>>>,
         session: Option<Session>,
     },
     #[cfg(feature = "gpu")]
@@ -285,7 +286,7 @@ async fn gpu_or_cpu(cpu: Model<Vec<u8>>, hardware_only: bool) -> (Backend, Value
         Err(e) => {
             let info = json!({"kind": "cpu", "reason": e.message()});
             let backend = Backend::Cpu {
-                model: cpu,
+                model: Box::new(cpu),
                 session: None,
             };
             (backend, info, Some(e))
@@ -297,7 +298,7 @@ async fn gpu_or_cpu(cpu: Model<Vec<u8>>, hardware_only: bool) -> (Backend, Value
 async fn gpu_or_cpu(cpu: Model<Vec<u8>>, _hardware_only: bool) -> (Backend, Value, Option<Error>) {
     let reason = "this build has no WebGPU backend (built without the gpu feature)";
     let backend = Backend::Cpu {
-        model: cpu,
+        model: Box::new(cpu),
         session: None,
     };
     let info = json!({"kind": "cpu", "reason": reason});
@@ -319,7 +320,7 @@ async fn select_backend(inner: Rc<RefCell<Inner>>, want: &str) -> Result<()> {
     let cpu = {
         let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
         match std::mem::replace(&mut guard.backend, Backend::Switching) {
-            Backend::Cpu { model, .. } => model,
+            Backend::Cpu { model, .. } => *model,
             other => {
                 guard.backend = other;
                 return Err(Error::invalid_input(
@@ -385,7 +386,7 @@ impl LocalEngine {
             inner: Rc::new(RefCell::new(Inner {
                 api: Arc::new(api),
                 backend: Backend::Cpu {
-                    model: cpu,
+                    model: Box::new(cpu),
                     session: None,
                 },
                 backend_info: json!({"kind": "cpu"}).to_string(),
