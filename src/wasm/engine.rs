@@ -361,8 +361,9 @@ impl LocalEngine {
         let file_bytes = bytes.len();
         let (api, architecture) = {
             let gguf = Gguf::parse(&bytes)?;
-            // The architectures the forward pass runs (llama), checked before anything else
-            // reads the file: the API engine alone would take any architecture's header.
+            // The architectures the forward pass runs (Config::from_gguf names them), checked
+            // before anything else reads the file: the API engine alone would take any
+            // architecture's header.
             crate::model::Config::from_gguf(&gguf)?;
             let architecture = gguf
                 .get("general.architecture")
