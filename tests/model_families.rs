@@ -21,13 +21,6 @@ use serde_json::Value;
 /// of llama.cpp's.
 const LOGPROB_TOLERANCE: f32 = 1e-4;
 
-fn log_softmax(logits: &[f32]) -> Vec<f32> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
-    let log_sum = sum.ln() as f32;
-    logits.iter().map(|&l| l - max - log_sum).collect()
-}
-
 /// [`check_with`] for `arch`.gguf and its reference, at llama.cpp's `-c 256`.
 fn check(arch: &str) -> (f32, usize, usize, usize) {
     check_with(arch, arch, 256, LOGPROB_TOLERANCE)
@@ -65,7 +58,7 @@ fn check_with(
         let mut session = model.session(context).unwrap();
         let mut logits = model.forward(&mut session, &tokens).unwrap();
         for (i, step) in prompt["steps"].as_array().unwrap().iter().enumerate() {
-            let ours = log_softmax(&logits);
+            let ours = poot::sampling::log_softmax(&logits);
             let top = step["top"].as_array().unwrap();
             for pair in top {
                 let (id, lp) = (
