@@ -282,3 +282,39 @@ test("a dropped file that is not GGUF is refused; a picked GGUF file loads and g
   assert.equal(last.verdict.ok, true, JSON.stringify(last));
   assert.deepEqual(errors, [], `console errors: ${errors.join("\n")}`);
 });
+
+test("Gemma 3 270M picked from disk loads and answers every constraint kind", { timeout: 600_000 }, async () => {
+  assert.ok(process.env.POOT_GEMMA_GGUF, "POOT_GEMMA_GGUF must name gemma-3-270m-q4_k_m.gguf (make test sets it)");
+  await page.setInputFiles("#model-file", process.env.POOT_GEMMA_GGUF);
+  await loaded(page);
+  const demo = await page.evaluate(() => JSON.parse(JSON.stringify(window.pootDemo)));
+  assert.equal(demo.error, null);
+  assert.equal(demo.model.source, basename(process.env.POOT_GEMMA_GGUF));
+  // Gemma 3 has no tool-call format (plain content), so no forced tool here.
+  const cases = [
+    ["none", { maxTokens: 4 }],
+    ["guided_choice", { maxTokens: 4 }],
+    ["guided_regex", { maxTokens: 12 }],
+    ["guided_grammar", { value: 'root ::= [0-9] ("+" [0-9])?', maxTokens: 6 }],
+    ["guided_json", { value: TINY_SCHEMA, maxTokens: 16 }],
+    ["json_schema", { value: TINY_SCHEMA, maxTokens: 16 }],
+    ["json_object", { prompt: "Reply with an empty JSON object.", maxTokens: 12 }],
+  ];
+  for (const [kind, opts] of cases) {
+    const started = Date.now();
+    const last = await run(kind, opts);
+    const what = `gemma3 ${kind}: ${JSON.stringify({ text: last.text, finish: last.finish, verdict: last.verdict, error: last.error })}`;
+    console.log(`gemma3 ${kind}: ${((Date.now() - started) / 1000).toFixed(1)} s, ${last.usage?.completion_tokens} tokens, ${JSON.stringify(last.text)}`);
+    assert.equal(last.error, null, what);
+    if (kind === "none") {
+      assert.ok(last.text.length > 0, what);
+      continue;
+    }
+    if (kind === "json_object" && last.finish === "length") {
+      assert.match(last.text, /^\s*\{/, what);
+      continue;
+    }
+    assert.equal(last.verdict.ok, true, what);
+  }
+  assert.deepEqual(errors, [], `console errors: ${errors.join("\n")}`);
+});
