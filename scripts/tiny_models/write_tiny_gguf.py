@@ -308,7 +308,7 @@ def write_gemma3(arch, path):
     w.add_rope_freq_base(c["rope_base"])
     w.add_sliding_window(c["sliding_window"])
     w.add_head_count_kv(c["n_head_kv"])
-    _add_vocab(w, "default", "<|endoftext|>")
+    _add_vocab(w, "llama-bpe", "<|endoftext|>")
 
     E = c["n_embd"]
     w.add_tensor("token_embd.weight",
