@@ -1,6 +1,7 @@
 // The browser-extension example (www/extension/, Manifest V3) loaded unpacked in headless
 // Chromium: its side panel page loads the reference model (engine in the panel's Web Worker),
-// reads the selection of a fixture page and turns it into JSON that validates under the schema.
+// reads the selection of a fixture page and turns it into JSON that validates under the schema;
+// the same with Gemma 3 270M.
 //
 // The extension reads no site until asked: activeTab for the page, and the model's origin
 // requested (optional_host_permissions) when a model is loaded from it. Playwright cannot click
@@ -18,6 +19,7 @@ import { chromium } from "playwright-core";
 
 import { startServer } from "../../../scripts/serve.mjs";
 import { CHROMIUM } from "./chromium.mjs";
+import { startTestServer } from "./pages/server.mjs";
 
 const SOURCE = fileURLToPath(new URL("../../../www/extension/", import.meta.url));
 const RESULTS = fileURLToPath(new URL("../../../test-results/", import.meta.url));
@@ -64,7 +66,8 @@ after(async () => {
   if (extension) rmSync(extension, { recursive: true, force: true });
 });
 
-test("the extension turns a page's selection into JSON under the schema", { timeout: 240_000 }, async () => {
+/** Opens the panel on `modelUrl`, grabs the fixture page's selection and runs the schema. */
+async function runPanel(modelUrl, screenshot) {
   const worker = context.serviceWorkers()[0] ?? (await context.waitForEvent("serviceworker", { timeout: 30_000 }));
   const id = new URL(worker.url()).host;
   assert.match(id, /^[a-p]{32}$/);
@@ -77,8 +80,8 @@ test("the extension turns a page's selection into JSON under the schema", { time
   const errors = [];
   panel.on("console", (m) => m.type() === "error" && errors.push(m.text()));
   panel.on("pageerror", (e) => errors.push(String(e)));
-  await panel.goto(`chrome-extension://${id}/panel.html?model=${encodeURIComponent(`${server.url}models/default.gguf`)}`);
-  await panel.waitForFunction(() => window.pootPanel?.loaded || window.pootPanel?.error, null, { timeout: 120_000 });
+  await panel.goto(`chrome-extension://${id}/panel.html?model=${encodeURIComponent(modelUrl)}`);
+  await panel.waitForFunction(() => window.pootPanel?.loaded || window.pootPanel?.error, null, { timeout: 180_000 });
   assert.equal(await panel.evaluate(() => window.pootPanel.error), null);
 
   await fixture.bringToFront();
@@ -96,12 +99,33 @@ test("the extension turns a page's selection into JSON under the schema", { time
   await panel.click("#run");
   await panel.waitForFunction(() => window.pootPanel.last, null, { timeout: 150_000 });
   const last = await panel.evaluate(() => window.pootPanel.last);
-  console.log(`extension output: ${last.text}`);
   assert.equal(last.error, null, JSON.stringify(last));
   assert.equal(typeof last.value.name, "string");
   assert.deepEqual(last.errors, []);
   assert.match(await panel.textContent("#verdict"), /Valid/);
-  await panel.setViewportSize({ width: 400, height: 800 });
-  await panel.screenshot({ path: join(RESULTS, "extension-panel.png"), fullPage: true });
+  if (screenshot) {
+    await panel.setViewportSize({ width: 400, height: 800 });
+    await panel.screenshot({ path: join(RESULTS, screenshot), fullPage: true });
+  }
   assert.deepEqual(errors, [], `console errors: ${errors.join("\n")}`);
+  await panel.close();
+  await fixture.close();
+  return last;
+}
+
+test("the extension turns a page's selection into JSON under the schema", { timeout: 240_000 }, async () => {
+  const last = await runPanel(`${server.url}models/default.gguf`, "extension-panel.png");
+  console.log(`extension output: ${last.text}`);
+});
+
+test("the extension does the same on Gemma 3 270M", { timeout: 300_000 }, async () => {
+  assert.ok(process.env.POOT_GEMMA_GGUF, "POOT_GEMMA_GGUF must name gemma-3-270m-q4_k_m.gguf (make test sets it)");
+  // Its own server (same host, so the granted origin covers it) with Gemma as /model.gguf.
+  const gemma = await startTestServer({ model: process.env.POOT_GEMMA_GGUF });
+  try {
+    const last = await runPanel(`${gemma.url}model.gguf`);
+    console.log(`extension output (Gemma 3 270M): ${last.text}`);
+  } finally {
+    await gemma.close();
+  }
 });
