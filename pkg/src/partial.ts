@@ -15,12 +15,21 @@ const NOTHING: Read = { value: undefined, partial: true };
 
 class Cut extends Error {}
 
+/** Containers nested deeper than this are a SyntaxError (not a stack overflow on hostile text). */
+export const MAX_PARTIAL_DEPTH = 512;
+
+// Sticky: matched at `lastIndex` without copying the rest of the text (a slice per scalar made
+// one parse quadratic in the number of scalars).
+const SCALAR_TOKEN = /[-+0-9.eE]+|[a-z]+/y;
+
 /**
  * The value `text` (a prefix of a JSON text) stands for so far; `undefined` when nothing is
- * known yet. Throws a SyntaxError when the text cannot be the start of a JSON value.
+ * known yet. Throws a SyntaxError when the text cannot be the start of a JSON value, or nests
+ * containers deeper than {@link MAX_PARTIAL_DEPTH}.
  */
 export function parsePartialJson(text: string): unknown {
   let i = 0;
+  let depth = 0;
   const ws = () => {
     while (i < text.length && " \t\n\r".includes(text[i]!)) i++;
   };
@@ -54,7 +63,8 @@ export function parsePartialJson(text: string): unknown {
   };
   const scalar = (): Read => {
     // The token runs to the first character no number or literal has.
-    const token = /^(?:[-+0-9.eE]+|[a-z]+)/.exec(text.slice(i))?.[0] ?? bad();
+    SCALAR_TOKEN.lastIndex = i;
+    const token = SCALAR_TOKEN.exec(text)?.[0] ?? bad();
     const whole = /^(?:-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null)$/.test(token);
     if (i + token.length === text.length) {
       // At the end: a literal is whole, a number may go on; a prefix of either is nothing yet.
@@ -73,6 +83,9 @@ export function parsePartialJson(text: string): unknown {
     ws();
     if (i >= text.length) return NOTHING;
     const c = text[i]!;
+    if ((c === "{" || c === "[") && ++depth > MAX_PARTIAL_DEPTH) {
+      throw new SyntaxError(`containers nest deeper than ${MAX_PARTIAL_DEPTH} at offset ${i}`);
+    }
     if (c === "{") {
       i++;
       const obj: Record<string, unknown> = {};
@@ -81,6 +94,7 @@ export function parsePartialJson(text: string): unknown {
         if (i >= text.length) return { value: obj, partial: true };
         if (text[i] === "}") {
           i++;
+          depth--; // closed: its siblings start at its depth again
           return { value: obj, partial: false };
         }
         if (!first) {
@@ -109,6 +123,7 @@ export function parsePartialJson(text: string): unknown {
         if (i >= text.length) return { value: arr, partial: true };
         if (text[i] === "]") {
           i++;
+          depth--; // closed: its siblings start at its depth again
           return { value: arr, partial: false };
         }
         if (!first) {

@@ -83,3 +83,33 @@ test("what cannot start a JSON value is a SyntaxError", () => {
   assert.deepEqual(parsePartialJson('{"a": 1, "b'), { a: 1 });
   assert.deepEqual(parsePartialJson('["\\u00e'), [""]);
 });
+
+test("random bytes and hostile shapes: a value, undefined or a SyntaxError, never another error", () => {
+  // The remote client reads a server's stream with it: whatever the text, it returns or throws
+  // SyntaxError. Random strings over JSON's own characters (so that some go deep) and over
+  // arbitrary code units.
+  const next = rng(7);
+  const alphabet = ['{', '}', '[', ']', '"', ':', ',', '\\', 'u', '0', '1', '-', '.', 'e', 't', 'r', 'n', ' ', 'a', '\n'];
+  for (let n = 0; n < 20000; n++) {
+    const len = next(40);
+    const text = n % 2
+      ? Array.from({ length: len }, () => alphabet[next(alphabet.length)]).join("")
+      : String.fromCharCode(...Array.from({ length: len }, () => next(0x10000)));
+    try {
+      parsePartialJson(text);
+    } catch (e) {
+      assert.ok(e instanceof SyntaxError, `${JSON.stringify(text)}: ${e}`);
+    }
+  }
+  // Nesting past the bound is a SyntaxError, not a stack overflow; at the bound it reads.
+  const deep = (n) => "[".repeat(n) + "]".repeat(n);
+  assert.throws(() => parsePartialJson("[".repeat(1_000_000)), /containers nest deeper than 512/);
+  assert.throws(() => parsePartialJson(deep(513)), /containers nest deeper than 512/);
+  assert.equal(JSON.stringify(parsePartialJson(deep(512))), deep(512));
+  // Closed siblings do not add up: 100,000 of them at depth 2.
+  assert.equal(parsePartialJson(`[${"[1],".repeat(100_000)}[1]]`).length, 100_001);
+  // Many scalars: one parse is linear in them (a sticky regex, no slice per scalar); 200,000
+  // numbers, a 1.2 MB text, read in one pass.
+  const numbers = Array.from({ length: 200_000 }, (_, k) => k);
+  assert.deepEqual(parsePartialJson(JSON.stringify(numbers)), numbers);
+});
