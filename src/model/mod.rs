@@ -649,6 +649,10 @@ impl<B: AsRef<[u8]>> Model<B> {
         let mut h = vec![0f32; t * d];
         let mut q = vec![0f32; t * qd];
         let mut k = vec![0f32; t * kv];
+        // Q and K before a per-head RMSNorm (Qwen3, Gemma 3), as the GPU path's q_raw/k_raw.
+        let qk_norm = self.layers.iter().any(|l| l.qk_norm.is_some());
+        let mut q_raw = vec![0f32; if qk_norm { t * qd } else { 0 }];
+        let mut k_raw = vec![0f32; if qk_norm { t * kv } else { 0 }];
         let mut v = vec![0f32; t * kv];
         let mut att = vec![0f32; t * qd];
         let mut proj = vec![0f32; t * d];
@@ -660,29 +664,26 @@ impl<B: AsRef<[u8]>> Model<B> {
 
         for (li, layer) in self.layers.iter().enumerate() {
             rms_norm(&x, &layer.attn_norm, c.rms_eps, &mut h);
-            self.matmul(
-                workers,
-                &h,
-                t,
-                &mut [
-                    (&layer.wq, &mut q),
-                    (&layer.wk, &mut k),
-                    (&layer.wv, &mut v),
-                ],
-            );
-            if let Some([bq, bk, bv]) = &layer.qkv_bias {
-                for (out, bias) in [(&mut q, bq), (&mut k, bk), (&mut v, bv)] {
-                    for row in out.chunks_exact_mut(bias.len()) {
-                        row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+            {
+                let (qp, kp) = match layer.qk_norm {
+                    Some(_) => (&mut q_raw, &mut k_raw),
+                    None => (&mut q, &mut k),
+                };
+                let products: &mut [(&Matrix, &mut [f32])] =
+                    &mut [(&layer.wq, qp), (&layer.wk, kp), (&layer.wv, &mut v)];
+                self.matmul(workers, &h, t, products);
+                if let Some([bq, bk, bv]) = &layer.qkv_bias {
+                    for ((_, out), bias) in products.iter_mut().zip([bq, bk, bv]) {
+                        for row in out.chunks_exact_mut(bias.len()) {
+                            row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+                        }
                     }
                 }
             }
             if let Some([q_norm, k_norm]) = &layer.qk_norm {
                 // rms_norm normalises each `head_dim` chunk: one head at a time.
-                for (heads, w) in [(&mut q, q_norm), (&mut k, k_norm)] {
-                    let input = heads.clone();
-                    rms_norm(&input, w, c.rms_eps, heads);
-                }
+                rms_norm(&q_raw, q_norm, c.rms_eps, &mut q);
+                rms_norm(&k_raw, k_norm, c.rms_eps, &mut k);
             }
             let sliding = c.is_sliding(li);
             let (cos, sin) = match &local {
@@ -741,11 +742,15 @@ impl<B: AsRef<[u8]>> Model<B> {
                 }
             }
             self.matmul(workers, &att, t, &mut [(&layer.wo, &mut proj)]);
-            if let Some([after_attention, _]) = &layer.post_norms {
-                let input = proj.clone();
-                rms_norm(&input, after_attention, c.rms_eps, &mut proj);
-            }
-            x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
+            // Gemma 3 normalises the block's output before the residual (into h, free here).
+            let out = match &layer.post_norms {
+                Some([after_attention, _]) => {
+                    rms_norm(&proj, after_attention, c.rms_eps, &mut h);
+                    &h
+                }
+                None => &proj,
+            };
+            x.iter_mut().zip(out).for_each(|(x, p)| *x += p);
 
             rms_norm(&x, &layer.ffn_norm, c.rms_eps, &mut h);
             self.matmul(
@@ -764,11 +769,14 @@ impl<B: AsRef<[u8]>> Model<B> {
                 }
             }
             self.matmul(workers, &gate, t, &mut [(&layer.w_down, &mut proj)]);
-            if let Some([_, after_ffn]) = &layer.post_norms {
-                let input = proj.clone();
-                rms_norm(&input, after_ffn, c.rms_eps, &mut proj);
-            }
-            x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
+            let out = match &layer.post_norms {
+                Some([_, after_ffn]) => {
+                    rms_norm(&proj, after_ffn, c.rms_eps, &mut h);
+                    &h
+                }
+                None => &proj,
+            };
+            x.iter_mut().zip(out).for_each(|(x, p)| *x += p);
         }
         let last = &x[(t - 1) * d..];
         let mut hn = vec![0f32; d];
