@@ -1,5 +1,6 @@
 //! Fuzz-style property tests of the readers of untrusted input: GGUF files (mutations of a real
-//! synthetic model, and random headers), `tokenizer.json` documents, `guided_choice` lists and
+//! synthetic model and of each family's tiny model, and random headers; a model that loads runs
+//! one token), `tokenizer.json` documents, `guided_choice` lists and
 //! chat templates. Property: every input ends in `Ok` or a clean `Err` (never a panic), each
 //! within [`CASE_SECONDS`].
 //!
@@ -115,7 +116,17 @@ fn check_gguf(file: &[u8]) -> Result<(), String> {
             &gguf, &tokenizer, "hi",
         ))?;
     }
-    ok_or_clean(Model::from_gguf_bytes(file))?;
+    // A model that loads runs one token: the family's own steps (biases, QK-norm, windows,
+    // RoPE factors, post-norms) on whatever the file holds. Its work is bounded by the file:
+    // every weight it reads was checked to lie inside it.
+    if let Some(model) = ok_or_clean(Model::from_gguf_bytes(file))? {
+        // A context of 1 in the file refuses a session of 2, cleanly.
+        if let Some(mut session) = ok_or_clean(model.session(2))? {
+            model
+                .forward(&mut session, &[0])
+                .map_err(|e| format!("a loaded model's forward failed: {e}"))?;
+        }
+    }
     Ok(())
 }
 
@@ -244,15 +255,27 @@ fn gguf_files_mutated_and_random_never_panic() {
     for (path, bytes) in corpus("gguf") {
         run_case("gguf", &path.display().to_string(), &bytes, &check_gguf);
     }
-    let base = TinySpec::default().build();
-    let header_len = Gguf::parse(&base).unwrap().data_offset() as usize;
-    check_gguf(&base).unwrap();
+    // Mutations of a synthetic llama file and of each family's tiny model (tests/model_families.rs),
+    // so every architecture's loader and forward pass meets hostile headers.
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_models");
+    let mut bases = vec![TinySpec::default().build()];
+    for arch in ["llama3", "qwen2", "qwen3", "gemma3", "phi3"] {
+        bases.push(std::fs::read(format!("{dir}/{arch}.gguf")).unwrap());
+    }
+    let headers: Vec<usize> = bases
+        .iter()
+        .map(|b| {
+            check_gguf(b).unwrap();
+            Gguf::parse(b).unwrap().data_offset() as usize
+        })
+        .collect();
     let mut rng = Rng::new(seed("gguf"));
     for case in 0..cases(2000) {
         let input = if case % 4 == 3 {
             random_header(&mut rng)
         } else {
-            mutate_gguf(&base, header_len, &mut rng)
+            let which = rng.below(bases.len());
+            mutate_gguf(&bases[which], headers[which], &mut rng)
         };
         run_case("gguf", &format!("case-{case}.gguf"), &input, &check_gguf);
     }
@@ -592,6 +615,62 @@ fn chat_templates_random_never_panic_and_stay_bounded() {
             &format!("case-{case}.jinja"),
             template.as_bytes(),
             &check_template,
+        );
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Pre-tokenizers
+
+/// Random text through each byte-level BPE pre-tokenizer (the hand-written scanners of
+/// src/tokenizer/pretokenize.rs) and back: the pieces must tile the text, so decoding the ids
+/// gives its bytes again. Texts mix the classes the scanners branch on (letters of several
+/// scripts, digit runs, apostrophes and contractions in both cases, spaces, tabs, \r and \n
+/// runs, punctuation, emoji, combining marks, controls).
+#[test]
+fn pre_tokenizers_split_random_text_into_pieces_that_tile_it() {
+    let tokens: Vec<String> = (0..=255u8)
+        .map(|b| poot::vocab::gpt2::encode(&[b]))
+        .collect();
+    let merges = ["Ġ t", "h e", "i n", "Ġ a", "' s", "1 2"];
+    let mut all = tokens.clone();
+    all.extend(["Ġt", "he", "in", "Ġa", "'s", "12"].map(String::from));
+    let tokenizers: Vec<(&str, Tokenizer)> = ["gpt2", "smollm", "llama-bpe", "qwen2"]
+        .into_iter()
+        .map(|pre| {
+            let file = poot::gguf::Builder::new()
+                .string("tokenizer.ggml.model", "gpt2")
+                .string("tokenizer.ggml.pre", pre)
+                .strings("tokenizer.ggml.tokens", &all)
+                .i32s("tokenizer.ggml.token_type", &vec![1; all.len()])
+                .strings("tokenizer.ggml.merges", &merges)
+                .build();
+            (pre, Tokenizer::from_gguf_bytes(&file).unwrap())
+        })
+        .collect();
+    let pieces = [
+        "a", "Z", "é", "ß", "Ж", "ا", "中", "😀", "\u{301}", "0", "7", "٣", "'", "'S", "'ll",
+        "'Ve", "'ſ", " ", "  ", "\t", "\r", "\n", "\r\n", "\u{a0}", "\u{3000}", "!", "?", "...",
+        "$", "\u{0}", "\u{7f}", "\u{200b}", "\u{fffd}",
+    ];
+    let mut rng = Rng::new(seed("pretokenize"));
+    for case in 0..cases(2000) {
+        let n = rng.below(40);
+        let text: String = (0..n).map(|_| pieces[rng.below(pieces.len())]).collect();
+        let check = |_: &[u8]| -> Result<(), String> {
+            for (pre, tok) in &tokenizers {
+                let ids = tok.encode(&text, false, false);
+                if tok.decode(&ids, false) != text.as_bytes() {
+                    return Err(format!("{pre}: {text:?} does not decode to itself"));
+                }
+            }
+            Ok(())
+        };
+        run_case(
+            "pretokenize",
+            &format!("case-{case}.txt"),
+            text.as_bytes(),
+            &check,
         );
     }
 }
