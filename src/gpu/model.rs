@@ -621,6 +621,28 @@ impl Model {
         Ok(session.plans.len() - 1)
     }
 
+    /// `x += proj` over a chunk of `t` tokens, proj first normalised by `post_norm` (Gemma 3's
+    /// post-attention and post-FFN norms) into h, which is free at both places.
+    async fn record_residual(
+        &self,
+        e: &mut Vec<Dispatch>,
+        s: &Scratch,
+        post_norm: Option<&wgpu::Buffer>,
+        t: usize,
+    ) -> Result<()> {
+        let (ctx, c) = (&self.ctx, &self.config);
+        let d = c.n_embd;
+        let out = match post_norm {
+            Some(norm) => {
+                ctx.record_rms_norm(e, (&s.proj, norm, &s.h), d, t, c.rms_eps)
+                    .await?;
+                &s.h
+            }
+            None => &s.proj,
+        };
+        ctx.record_add(e, &s.x, out, t * d, t * d).await
+    }
+
     /// Prepares every dispatch of a chunk of `t` tokens over this session's buffers.
     async fn build_plan(&self, session: &Session, t: usize) -> Result<Plan> {
         let ctx = &self.ctx;
@@ -693,16 +715,8 @@ impl Model {
             ctx.record_attention_with(&mut e, buffers, uniform, shape)
                 .await?;
             ctx.record_matvec(&mut e, &l.wo, &s.att, &s.proj, t).await?;
-            // Gemma 3 normalises the block's output before the residual (into h, free here).
-            let out = match &l.post_norms {
-                Some([after_attention, _]) => {
-                    let norm = (&s.proj, after_attention, &s.h);
-                    ctx.record_rms_norm(&mut e, norm, d, t, c.rms_eps).await?;
-                    &s.h
-                }
-                None => &s.proj,
-            };
-            ctx.record_add(&mut e, &s.x, out, t * d, t * d).await?;
+            let after_attention = l.post_norms.as_ref().map(|[a, _]| a);
+            self.record_residual(&mut e, s, after_attention, t).await?;
             ctx.record_rms_norm(&mut e, (&s.x, &l.ffn_norm, &s.h), d, t, c.rms_eps)
                 .await?;
             ctx.record_matvec(&mut e, &l.w_gate, &s.h, &s.gate, t)
@@ -713,15 +727,8 @@ impl Model {
                 .await?;
             ctx.record_matvec(&mut e, &l.w_down, &s.gate, &s.proj, t)
                 .await?;
-            let out = match &l.post_norms {
-                Some([_, after_ffn]) => {
-                    let norm = (&s.proj, after_ffn, &s.h);
-                    ctx.record_rms_norm(&mut e, norm, d, t, c.rms_eps).await?;
-                    &s.h
-                }
-                None => &s.proj,
-            };
-            ctx.record_add(&mut e, &s.x, out, t * d, t * d).await?;
+            let after_ffn = l.post_norms.as_ref().map(|[_, f]| f);
+            self.record_residual(&mut e, s, after_ffn, t).await?;
             layers.push(e);
         }
         let mut head = Vec::new();
