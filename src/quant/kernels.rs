@@ -441,6 +441,19 @@ pub(crate) fn dot_f32_with<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
 mod tests {
     use super::*;
 
+    /// Row `r` of input `i`: matvec, its portable twin, matmul_t and its portable twin, each
+    /// within 1e-5 (+ 1e-5 relative) of `dot`'s `want`.
+    fn assert_kernels_agree(name: &str, r: usize, i: usize, want: f32, got: [f32; 4]) {
+        let tol = 1e-5 * (1.0 + want.abs());
+        let kernels = ["matvec", "portable matvec", "matmul_t", "portable matmul_t"];
+        for (what, got) in kernels.into_iter().zip(got) {
+            assert!(
+                (got - want).abs() <= tol,
+                "{name} {what} row {r} input {i}: {got} vs {want}"
+            );
+        }
+    }
+
     #[test]
     fn conversions_match_the_reference() {
         for h in 0..=u16::MAX {
@@ -525,18 +538,13 @@ mod tests {
                         "{name} dot row {r} input {i}: {want} vs oracle {exact}"
                     );
                     max_rel = max_rel.max(err / scale);
-                    let tol = 1e-5 * (1.0 + want.abs());
-                    for (what, got) in [
-                        ("matvec", out[r]),
-                        ("portable matvec", portable[r]),
-                        ("matmul_t", out_t[r * t + i]),
-                        ("portable matmul_t", out_t_portable[r * t + i]),
-                    ] {
-                        assert!(
-                            (got - want).abs() <= tol,
-                            "{name} {what} row {r} input {i}: {got} vs {want}"
-                        );
-                    }
+                    let got = [
+                        out[r],
+                        portable[r],
+                        out_t[r * t + i],
+                        out_t_portable[r * t + i],
+                    ];
+                    assert_kernels_agree(name, r, i, want, got);
                 }
             }
             eprintln!(
@@ -604,19 +612,13 @@ mod tests {
                     }
                     for r in 0..rows {
                         let want = super::super::dot(ty, &w[r * rb..][..rb], x).unwrap();
-                        let tol = 1e-5 * (1.0 + want.abs());
-                        let name = ty.name();
-                        for (what, got) in [
-                            ("matvec", out[r]),
-                            ("portable matvec", portable[r]),
-                            ("matmul_t", out_t[r * t + i]),
-                            ("portable matmul_t", out_t_portable[r * t + i]),
-                        ] {
-                            assert!(
-                                (got - want).abs() <= tol,
-                                "{name} {what} row {r} input {i}: {got} vs {want}"
-                            );
-                        }
+                        let got = [
+                            out[r],
+                            portable[r],
+                            out_t[r * t + i],
+                            out_t_portable[r * t + i],
+                        ];
+                        assert_kernels_agree(ty.name(), r, i, want, got);
                     }
                 }
             }
