@@ -112,7 +112,8 @@ fn check(model: &Model<&[u8]>, name: &str, tolerance: f32, margin: f32) -> (f32,
 #[test]
 fn logprobs_and_greedy_tokens_match_llama_cpp_on_f16_weights() {
     let bytes = model_bytes();
-    let model = Model::from_gguf_bytes(&bytes[..]).unwrap();
+    let mut model = Model::from_gguf_bytes(&bytes[..]).unwrap();
+    model.set_exact(true);
     let (_, steps, decisive) = check(
         &model,
         "llama_cpp_f16.json",
@@ -125,7 +126,12 @@ fn logprobs_and_greedy_tokens_match_llama_cpp_on_f16_weights() {
 #[test]
 fn logprobs_and_greedy_tokens_match_llama_cpp_on_its_quantized_path() {
     let bytes = model_bytes();
-    let model = Model::from_gguf_bytes(&bytes[..]).unwrap();
-    let (_, steps, decisive) = check(&model, "llama_cpp.json", Q8_TOLERANCE, 2.0 * Q8_TOLERANCE);
-    assert!(decisive * 4 > steps, "too few decisive steps");
+    let mut model = Model::from_gguf_bytes(&bytes[..]).unwrap();
+    for exact in [false, true] {
+        model.set_exact(exact);
+        eprintln!("exact: {exact}");
+        let (_, steps, decisive) =
+            check(&model, "llama_cpp.json", Q8_TOLERANCE, 2.0 * Q8_TOLERANCE);
+        assert!(decisive * 4 > steps, "too few decisive steps");
+    }
 }

@@ -42,7 +42,7 @@ fn random_mask(rng: &mut Rng, n: usize, density: usize) -> Vec<u32> {
         }
     }
     // Garbage in the padding bits past the vocabulary must be ignored by both sides.
-    if n % 32 != 0 {
+    if !n.is_multiple_of(32) {
         *words.last_mut().unwrap() |= !((1u32 << (n % 32)) - 1) & rng.next_u32();
     }
     words

@@ -73,7 +73,9 @@ fn tiny_model_run(
         ..TinySpec::default()
     };
     let file = spec.build();
-    let cpu = Model::from_gguf_bytes(&file[..]).unwrap();
+    let mut cpu = Model::from_gguf_bytes(&file[..]).unwrap();
+    // The GPU multiplies with f32 activations: its twin is the exact path.
+    cpu.set_exact(true);
     let gpu = GpuModel::upload(Arc::clone(ctx), &cpu).unwrap();
     let mut gpu_session = gpu.session(96).unwrap();
     let mut cpu_session = cpu.session_with(96, gpu_session.kv_precision()).unwrap();
@@ -161,6 +163,7 @@ fn reference_model_prefill_logits_and_greedy_tokens_match_the_cpu() {
     let file = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let mut cpu = Model::from_gguf_bytes(&file[..]).unwrap();
     cpu.set_threads(2);
+    cpu.set_exact(true);
     let tokenizer = poot::tokenizer::Tokenizer::from_gguf_bytes(&file).unwrap();
     let prompt = tokenizer.encode(
         "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
@@ -318,7 +321,8 @@ fn every_family_matches_the_cpu() {
     for ctx in contexts() {
         for arch in ["llama", "llama3", "qwen2", "qwen3", "phi3", "gemma3"] {
             let file = std::fs::read(format!("{dir}/{arch}.gguf")).unwrap();
-            let cpu = Model::from_gguf_bytes(&file[..]).unwrap();
+            let mut cpu = Model::from_gguf_bytes(&file[..]).unwrap();
+            cpu.set_exact(true);
             let gpu = GpuModel::upload(Arc::clone(&ctx), &cpu).unwrap();
             let mut gpu_session = gpu.session(64).unwrap();
             let mut cpu_session = cpu.session_with(64, gpu_session.kv_precision()).unwrap();

@@ -1607,7 +1607,7 @@ mod tests {
             let mut calls = Vec::new();
             let mut want = Vec::new();
             for _ in 0..n {
-                if splitmix64(&mut rng) % 3 == 0 {
+                if splitmix64(&mut rng).is_multiple_of(3) {
                     let (a, b) = (splitmix64(&mut rng) as i32, splitmix64(&mut rng) as i32);
                     calls.push(add_call(&format!("{{\"a\": {a}, \"b\":{b}}}")));
                     want.push(("add".to_string(), json!({"a": a, "b": b})));

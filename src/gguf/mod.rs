@@ -357,7 +357,7 @@ impl TensorInfo<'_> {
     pub fn byte_size(&self) -> Option<u64> {
         let (block, type_size) = ggml_type_block(self.ggml_type)?;
         let first = *self.dims.first().unwrap_or(&1);
-        if first % block != 0 {
+        if !first.is_multiple_of(block) {
             return None;
         }
         let rest: u64 = self

@@ -1496,7 +1496,7 @@ mod tests {
             for k in 0..1 + (x % 6) {
                 let p = PIECES[((x >> (8 * k + 3)) % PIECES.len() as u64) as usize];
                 // Mostly one piece repeated, so many subtrees loop on one character group.
-                let p = if (x >> 50) % 3 == 0 {
+                let p = if (x >> 50).is_multiple_of(3) {
                     PIECES[(x % 7) as usize]
                 } else {
                     p

@@ -126,6 +126,22 @@ impl Matrix {
         quant::matvec(self.ty, self.rows(file, &rows), x, &mut out[..rows.len()]);
     }
 
+    /// [`Matrix::matvec_rows`] with `x` rounded to 8 bits (`a`): integer dot products for a
+    /// block type (see `quant/int8.rs`); float types (F32, F16, BF16) stay exact with `x`.
+    pub(crate) fn matvec_rows_rounded(
+        &self,
+        file: &[u8],
+        x: &[f32],
+        a: &quant::Q8Activations,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        if self.ty.block_len() == 1 {
+            return self.matvec_rows(file, x, rows, out);
+        }
+        quant::matvec_rounded(self.ty, self.rows(file, &rows), a, &mut out[..rows.len()]);
+    }
+
     /// For `t` inputs `xs` (`t × cols`), `out_t[r - rows.start][i] = row_r · x_i`: rows
     /// `rows`, each dequantized once and multiplied with every input (prompt processing), the
     /// output transposed (`rows.len() × t`).

@@ -156,7 +156,7 @@ fn i8_to_f32(q: u8) -> f32 {
 /// in practice) by integer operations, the rest through [`f16_exact`]. Cheaper than either
 /// alone, and the branch is all but never taken.
 #[inline(always)]
-fn f16_scale(h: u16) -> f32 {
+pub(super) fn f16_scale(h: u16) -> f32 {
     let e = h & 0x7c00;
     if e == 0 || e == 0x7c00 {
         return f16_exact(h);
@@ -378,7 +378,11 @@ fn dequantized_matmul_t<const FMA: bool>(
     buf: &mut [f32],
 ) {
     let cols = xs.len() / t;
-    let tiled = if cols % 32 == 0 { t / 4 * 4 } else { 0 };
+    let tiled = if cols.is_multiple_of(32) {
+        t / 4 * 4
+    } else {
+        0
+    };
     for (o, row) in out_t.chunks_exact_mut(t).zip(w.chunks_exact(rb)) {
         dequantize_unchecked(ty, row, buf);
         for (o, xq) in o[..tiled]

@@ -22,7 +22,7 @@ use super::{f16_to_f32, f32_to_f16, half, put_f16};
 /// Scale and min `j` (0..8) of a Q4_K/Q5_K block's packed 12 bytes (ggml's
 /// `get_scale_min_k4`).
 #[inline]
-fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
+pub(super) fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
@@ -53,7 +53,7 @@ pub fn dequantize_q2_k(b: &[u8], y: &mut [f32]) {
 /// low (`i < 8`) or high nibble of byte `i % 8`, the top two bits are bits `2·(i / 4)` and
 /// up of byte `8 + i % 4`.
 #[inline]
-fn q3_k_scale(i: usize, s: &[u8]) -> i8 {
+pub(super) fn q3_k_scale(i: usize, s: &[u8]) -> i8 {
     let lo = if i < 8 { s[i] & 0xf } else { s[i - 8] >> 4 };
     let hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
     (lo | (hi << 4)) as i8 - 32

@@ -3,8 +3,9 @@
 //! Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (blocks of 32) and Q2_K,
 //! Q3_K, Q4_K, Q5_K, Q6_K (super-blocks of 256). The byte layouts are ggml's
 //! (`ggml-common.h`); values are dequantized exactly as `dequantize_row_*` does, in f32, so a
-//! forward pass over these weights is an exact-f32 reference (llama.cpp itself rounds
-//! activations to 8 bits before its quantized dot products, this module never does).
+//! forward pass over these weights is an exact-f32 reference. `int8.rs` is the other path,
+//! llama.cpp's: the activations rounded to 8 bits, then integer dot products with the
+//! weights' codes (generation's default, tested against the exact products).
 //!
 //! IQ4_NL (18 bytes): `d` (f16), then 16 bytes `qs` whose low nibbles are elements 0..16 and
 //! high nibbles elements 16..32 (Q4_0's order); element = `d · KVALUES_IQ4NL[nibble]`, a fixed
@@ -21,9 +22,11 @@
 
 use crate::error::{Error, Result};
 
+mod int8;
 mod kernels;
 mod kquant;
 
+pub(crate) use int8::{matvec as matvec_rounded, Q8Activations};
 pub(crate) use kernels::{dot_f32_with, madd, matmul_t, matvec};
 
 pub use kquant::{
@@ -173,7 +176,7 @@ impl QuantType {
 
     /// Bytes of a row of `n` elements; an error unless `n` is a whole number of blocks.
     pub fn row_bytes(self, n: usize) -> Result<usize> {
-        if n % self.block_len() != 0 {
+        if !n.is_multiple_of(self.block_len()) {
             return Err(Error::invalid_input(format!(
                 "a {} row of {n} elements is not a whole number of {}-element blocks",
                 self.name(),
