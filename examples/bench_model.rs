@@ -1,6 +1,6 @@
 //! Prompt-processing and generation speed of the CPU forward pass.
 //!
-//! `cargo run --release --example bench_model -- MODEL.gguf [THREADS] [PROMPT_TOKENS] [GEN_TOKENS]`
+//! `cargo run --release --example bench_model -- MODEL.gguf [THREADS] [PROMPT_TOKENS] [GEN_TOKENS] [exact]`
 //! prints one JSON line: `{"threads":..,"pp_tokens":..,"pp_tok_s":..,"tg_tokens":..,"tg_tok_s":..}`.
 //! The prompt is a fixed English text tokenized by the model, cut to PROMPT_TOKENS; generation
 //! is greedy and ignores end-of-sequence tokens so every run does the same work.
@@ -33,6 +33,9 @@ fn main() {
     let tok = Tokenizer::from_gguf_bytes(&file).expect("tokenizer");
     let mut model = Model::from_gguf_bytes(&file[..]).expect("model");
     model.set_threads(threads);
+    // `exact`: generation's products with f32 activations (the reference) instead of 8-bit.
+    let exact = args.get(5).is_some_and(|s| s == "exact");
+    model.set_exact(exact);
     let mut prompt = Vec::new();
     while prompt.len() < pp {
         prompt.extend(tok.encode(TEXT, false, false));
@@ -49,7 +52,7 @@ fn main() {
     }
     let tg_s = t1.elapsed().as_secs_f64();
     println!(
-        "{{\"threads\":{threads},\"pp_tokens\":{pp},\"pp_tok_s\":{:.2},\"tg_tokens\":{tg},\"tg_tok_s\":{:.2}}}",
+        "{{\"exact\":{exact},\"threads\":{threads},\"pp_tokens\":{pp},\"pp_tok_s\":{:.2},\"tg_tokens\":{tg},\"tg_tok_s\":{:.2}}}",
         pp as f64 / pp_s,
         tg as f64 / tg_s
     );

@@ -10,10 +10,10 @@
 //!
 //! Numerics: weights are dequantized exactly ([`crate::quant`]), activations and the KV cache
 //! are f32. With [`Model::set_exact`] every product is so: the exact-f32 reference every
-//! faster path (the GPU's included) is checked against. By default a decode step (one token)
-//! rounds the input of each product with quantized weights to 8 bits per 32 elements and
-//! takes integer dot products, as llama.cpp does (`quant/int8.rs`: about 2–3× faster on one
-//! core; top-10 log-probabilities within 0.6 nats of the exact path, median 0.06,
+//! faster path (the GPU's included) is checked against. By default on x86-64 a decode step
+//! (one token) rounds the input of each product with quantized weights to 8 bits per 32
+//! elements and takes integer dot products, as llama.cpp does (`quant/int8.rs`: 2–3× faster
+//! on one core; top-10 log-probabilities within 0.6 nats of the exact path, median 0.06,
 //! tests/activation_rounding.rs). Prompt passes stay exact. llama.cpp also keeps K/V in f16:
 //! a session may round its cache to f16 too ([`KvPrecision::F16`]), the twin of the GPU
 //! path's cache on a `shader-f16` device.
@@ -526,7 +526,7 @@ impl<B: AsRef<[u8]>> Model<B> {
             output_norm,
             layers,
             threads: 1,
-            exact: false,
+            exact: !quant::rounded_products_are_fast(),
         })
     }
 
@@ -551,10 +551,12 @@ impl<B: AsRef<[u8]>> Model<B> {
     }
 
     /// Whether generation (one token per pass) multiplies quantized weights with exact f32
-    /// activations (`true`: the numerical reference, about 2× slower on AVX-512 VNNI) or
-    /// with activations rounded to 8 bits per 32 elements (`false`, the default: integer dot
-    /// products, as llama.cpp computes; each activation moves by at most 1/254 of its
-    /// block's largest magnitude, see `quant/int8.rs`). Prompt passes are always exact.
+    /// activations (`true`: the numerical reference) or with activations rounded to 8 bits
+    /// per 32 elements (`false`: integer dot products, as llama.cpp computes; each activation
+    /// moves by at most 1/254 of its block's largest magnitude, see `quant/int8.rs`). The
+    /// default is `false` where the CPU has a vector integer dot product (x86-64 with AVX2:
+    /// 2–3× faster than exact on one core), `true` elsewhere (wasm32, where the exact kernels
+    /// are the faster ones). Prompt passes are always exact.
     pub fn set_exact(&mut self, exact: bool) {
         self.exact = exact;
     }

@@ -89,12 +89,27 @@ trait Decode {
     const BYTES: usize;
     /// Writes block `b`'s codes into `w` (`LEN` long), and per 16 elements `s` its scale
     /// `sc[s]` and offset `mn[s]` (`value = sc·w + mn`; `LEN / 16` long).
-    fn decode(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]);
+    fn decode<H: Half>(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]);
+}
+
+/// An f16 → f32 conversion of block scales: integer operations portably, one `vcvtph2ps`
+/// where F16C is enabled (the integer form was half of a Q4_1 row's decoding).
+pub(crate) trait Half {
+    fn to_f32(h: u16) -> f32;
+}
+
+/// [`Half`] by integer operations.
+struct PortableHalf;
+impl Half for PortableHalf {
+    #[inline(always)]
+    fn to_f32(h: u16) -> f32 {
+        super::kernels::f16_scale(h)
+    }
 }
 
 #[inline(always)]
-fn f16(b: &[u8], at: usize) -> f32 {
-    super::kernels::f16_scale(u16::from_le_bytes([b[at], b[at + 1]]))
+fn f16<H: Half>(b: &[u8], at: usize) -> f32 {
+    H::to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
 /// One scale and offset for both halves of a 32-element block.
@@ -129,8 +144,8 @@ impl Decode for Q8_0 {
     const LEN: usize = 32;
     const BYTES: usize = 34;
     #[inline(always)]
-    fn decode(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
-        let d = f16(b, 0);
+    fn decode<H: Half>(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
+        let d = f16::<H>(b, 0);
         for (w, &q) in w.iter_mut().zip(&b[2..34]) {
             *w = q ^ 0x80;
         }
@@ -144,8 +159,8 @@ impl Decode for Q4_0 {
     const LEN: usize = 32;
     const BYTES: usize = 18;
     #[inline(always)]
-    fn decode(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
-        let d = f16(b, 0);
+    fn decode<H: Half>(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
+        let d = f16::<H>(b, 0);
         nibbles(&b[2..18], w);
         uniform(sc, mn, d, -8.0 * d);
     }
@@ -157,9 +172,9 @@ impl Decode for Q4_1 {
     const LEN: usize = 32;
     const BYTES: usize = 20;
     #[inline(always)]
-    fn decode(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
+    fn decode<H: Half>(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
         nibbles(&b[4..20], w);
-        uniform(sc, mn, f16(b, 0), f16(b, 2));
+        uniform(sc, mn, f16::<H>(b, 0), f16::<H>(b, 2));
     }
 }
 
@@ -169,8 +184,8 @@ impl Decode for Q5_0 {
     const LEN: usize = 32;
     const BYTES: usize = 22;
     #[inline(always)]
-    fn decode(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
-        let d = f16(b, 0);
+    fn decode<H: Half>(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
+        let d = f16::<H>(b, 0);
         five_bits(u32::from_le_bytes([b[2], b[3], b[4], b[5]]), &b[6..22], w);
         uniform(sc, mn, d, -16.0 * d);
     }
@@ -182,9 +197,9 @@ impl Decode for Q5_1 {
     const LEN: usize = 32;
     const BYTES: usize = 24;
     #[inline(always)]
-    fn decode(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
+    fn decode<H: Half>(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
         five_bits(u32::from_le_bytes([b[4], b[5], b[6], b[7]]), &b[8..24], w);
-        uniform(sc, mn, f16(b, 0), f16(b, 2));
+        uniform(sc, mn, f16::<H>(b, 0), f16::<H>(b, 2));
     }
 }
 
@@ -193,8 +208,8 @@ impl Decode for IQ4NL {
     const LEN: usize = 32;
     const BYTES: usize = 18;
     #[inline(always)]
-    fn decode(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
-        let d = f16(b, 0);
+    fn decode<H: Half>(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
+        let d = f16::<H>(b, 0);
         nibbles(&b[2..18], w);
         for w in &mut w[..32] {
             *w = (KVALUES_IQ4NL[usize::from(*w)] as u8) ^ 0x80;
@@ -205,8 +220,8 @@ impl Decode for IQ4NL {
 
 /// Q4_K/Q5_K: 8 sub-blocks of 32 (two halves each) with 6-bit scale and min.
 #[inline(always)]
-fn k45_scales(b: &[u8], sc: &mut [f32], mn: &mut [f32]) {
-    let (d, dmin) = (f16(b, 0), f16(b, 2));
+fn k45_scales<H: Half>(b: &[u8], sc: &mut [f32], mn: &mut [f32]) {
+    let (d, dmin) = (f16::<H>(b, 0), f16::<H>(b, 2));
     for j in 0..8 {
         let (s, m) = super::kquant::scale_min(j, &b[4..16]);
         sc[2 * j..2 * j + 2].fill(d * f32::from(s));
@@ -220,8 +235,8 @@ impl Decode for Q4_K {
     const LEN: usize = 256;
     const BYTES: usize = 144;
     #[inline(always)]
-    fn decode(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
-        k45_scales(b, sc, mn);
+    fn decode<H: Half>(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
+        k45_scales::<H>(b, sc, mn);
         for (c, q) in b[16..144].chunks_exact(32).enumerate() {
             for l in 0..32 {
                 w[64 * c + l] = q[l] & 15;
@@ -237,8 +252,8 @@ impl Decode for Q5_K {
     const LEN: usize = 256;
     const BYTES: usize = 176;
     #[inline(always)]
-    fn decode(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
-        k45_scales(b, sc, mn);
+    fn decode<H: Half>(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
+        k45_scales::<H>(b, sc, mn);
         let qh = &b[16..48];
         for (c, q) in b[48..176].chunks_exact(32).enumerate() {
             for l in 0..32 {
@@ -255,8 +270,8 @@ impl Decode for Q6_K {
     const LEN: usize = 256;
     const BYTES: usize = 210;
     #[inline(always)]
-    fn decode(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
-        let d = f16(b, 208);
+    fn decode<H: Half>(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
+        let d = f16::<H>(b, 208);
         for n in 0..2 {
             let ql = &b[64 * n..64 * n + 64];
             let qh = &b[128 + 32 * n..128 + 32 * n + 32];
@@ -294,8 +309,8 @@ impl Decode for Q2_K {
     const LEN: usize = 256;
     const BYTES: usize = 84;
     #[inline(always)]
-    fn decode(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
-        let (d, dmin) = (f16(b, 80), f16(b, 82));
+    fn decode<H: Half>(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
+        let (d, dmin) = (f16::<H>(b, 80), f16::<H>(b, 82));
         two_bits(&b[16..80], w);
         for s in 0..16 {
             sc[s] = d * f32::from(b[s] & 15);
@@ -310,8 +325,8 @@ impl Decode for Q3_K {
     const LEN: usize = 256;
     const BYTES: usize = 110;
     #[inline(always)]
-    fn decode(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
-        let d = f16(b, 108);
+    fn decode<H: Half>(b: &[u8], w: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
+        let d = f16::<H>(b, 108);
         two_bits(&b[32..96], w);
         // The high bit (set: q = low, clear: q = low − 4) read as codes q + 4 = low + 4·bit.
         let hmask = &b[..32];
@@ -351,6 +366,16 @@ pub(crate) fn matvec(ty: QuantType, w: &[u8], a: &Q8Activations, out: &mut [f32]
     }
 }
 
+/// Whether this CPU has a vector integer dot product for these products (x86-64 with AVX2,
+/// or AVX-512 VNNI). Elsewhere the portable loop is slower than the exact f32 kernels (wasm32
+/// SIMD128, measured on SmolLM2 in Node: 8.6 vs 22 tok/s), so the model keeps those.
+pub(crate) fn is_fast() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return x86::has_avx2();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Rows of `T`: each row decoded into a [`RowCodes`], then its integer products, dispatched
 /// at run time to AVX-512 VNNI (`vpdpbusd`: 64 products per instruction) or AVX2
 /// (`vpmaddwd` over codes widened to i16) on x86-64, the portable loop elsewhere (wasm32,
@@ -359,17 +384,12 @@ fn rows<T: Decode>(w: &[u8], a: &Q8Activations, out: &mut [f32]) {
     let mut row = RowCodes::new(a);
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx512vnni")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-        {
+        if x86::has_vnni() {
             // SAFETY: the features the function enables were detected just above.
             #[allow(unsafe_code)]
             return unsafe { x86::rows_vnni::<T>(w, a, &mut row, out) };
         }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if x86::has_avx2() {
             // SAFETY: as above.
             #[allow(unsafe_code)]
             return unsafe { x86::rows_avx2::<T>(w, a, &mut row, out) };
@@ -380,7 +400,7 @@ fn rows<T: Decode>(w: &[u8], a: &Q8Activations, out: &mut [f32]) {
 
 fn rows_portable<T: Decode>(w: &[u8], a: &Q8Activations, row: &mut RowCodes, out: &mut [f32]) {
     for (o, r) in out.iter_mut().zip(w.chunks_exact(row.row_bytes::<T>())) {
-        row.decode::<T>(r, a);
+        row.decode::<T, PortableHalf>(r, a);
         *o = row.dot_portable(a);
     }
 }
@@ -402,19 +422,14 @@ fn each_path<T: Decode>(
     run("portable", &|row, out| rows_portable::<T>(w, a, row, out));
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if x86::has_avx2() {
             // SAFETY: detected just above.
             #[allow(unsafe_code)]
             run("avx2", &|row, out| unsafe {
                 x86::rows_avx2::<T>(w, a, row, out)
             });
         }
-        if is_x86_feature_detected!("avx512vnni")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-        {
+        if x86::has_vnni() {
             // SAFETY: detected just above.
             #[allow(unsafe_code)]
             run("avx512vnni", &|row, out| unsafe {
@@ -448,7 +463,7 @@ impl RowCodes {
 
     /// Decodes `row` and folds the activations' `d_b` into the scales.
     #[inline(always)]
-    fn decode<T: Decode>(&mut self, row: &[u8], a: &Q8Activations) {
+    fn decode<T: Decode, H: Half>(&mut self, row: &[u8], a: &Q8Activations) {
         let per = T::LEN / 16;
         for (((blk, w), sc), mn) in row
             .chunks_exact(T::BYTES)
@@ -456,7 +471,7 @@ impl RowCodes {
             .zip(self.sc.chunks_exact_mut(per))
             .zip(self.mn.chunks_exact_mut(per))
         {
-            T::decode(blk, w, sc, mn);
+            T::decode::<H>(blk, w, sc, mn);
         }
         for (f, d) in self.sc.iter_mut().zip(&a.d16) {
             *f *= d;
@@ -488,10 +503,35 @@ impl RowCodes {
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod x86 {
-    use super::{Decode, Q8Activations, RowCodes};
+    use super::{Decode, Half, Q8Activations, RowCodes};
     use std::arch::x86_64::*;
 
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    /// Whether [`rows_vnni`] runs here.
+    pub(super) fn has_vnni() -> bool {
+        is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512bw")
+            && has_avx2()
+    }
+
+    /// Whether [`rows_avx2`] runs here.
+    pub(super) fn has_avx2() -> bool {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    }
+
+    /// [`Half`] by F16C (only inlined into the functions below, which enable it).
+    pub(super) struct F16c;
+    impl Half for F16c {
+        #[inline(always)]
+        fn to_f32(h: u16) -> f32 {
+            // SAFETY: only called from functions with F16C enabled (detected by the caller).
+            unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h)))) }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(super) unsafe fn rows_vnni<T: Decode>(
         w: &[u8],
         a: &Q8Activations,
@@ -501,12 +541,12 @@ mod x86 {
         let rb = row.row_bytes::<T>();
         for (i, (o, r)) in out.iter_mut().zip(w.chunks_exact(rb)).enumerate() {
             prefetch(w, i * rb + AHEAD, rb);
-            row.decode::<T>(r, a);
+            row.decode::<T, F16c>(r, a);
             *o = dot_vnni(row, a);
         }
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn rows_avx2<T: Decode>(
         w: &[u8],
         a: &Q8Activations,
@@ -514,7 +554,7 @@ mod x86 {
         out: &mut [f32],
     ) {
         for (o, r) in out.iter_mut().zip(w.chunks_exact(row.row_bytes::<T>())) {
-            row.decode::<T>(r, a);
+            row.decode::<T, F16c>(r, a);
             *o = dot_avx2(row, a);
         }
     }
@@ -653,7 +693,7 @@ mod tests {
             let (mut w, mut sc, mut mn) = ([0u8; 256], [0f32; 16], [0f32; 16]);
             let mut out = Vec::new();
             for b in bytes.chunks_exact(T::BYTES) {
-                T::decode(b, &mut w, &mut sc, &mut mn);
+                T::decode::<PortableHalf>(b, &mut w, &mut sc, &mut mn);
                 out.extend((0..T::LEN).map(|i| sc[i / 16] * f32::from(w[i]) + mn[i / 16]));
             }
             out
