@@ -38,15 +38,18 @@ for t in 1 2; do
   row "poot native, $t thread(s)" "$(/usr/bin/time -f '{"max_rss_kib":%M}' -o /tmp/poot_bench_rss.$t "$NATIVE" "$MODEL" $t "$PP" "$TG") $(cat /tmp/poot_bench_rss.$t)"
   row "llama.cpp native, $t thread(s)" "$(node scripts/bench_llama_cpp.mjs "$MODEL" $t "$PP" "$TG")"
 done
+# The exact-f32 reference path (Model::set_exact), which the rounded 8-bit products replace
+# in generation on x86-64.
+row "poot native exact, 1 thread" "$("$NATIVE" "$MODEL" 1 "$PP" "$TG" exact)"
 # Node 20's V8 sometimes aborts in a garbage collection while the wasm memory grows ("Fatal
 # error ... unreachable code", more often on a loaded machine, with or without this crate's
-# changes): up to 3 tries.
+# changes): up to 6 tries.
 wasm_row() {
   local out
-  for _ in 1 2 3; do
+  for _ in 1 2 3 4 5 6; do
     out=$(node --no-warnings "$RUNNER" "$WASM" "$MODEL" 1 "$PP" "$TG" 2>/dev/null) && [ -n "$out" ] && { echo "$out"; return; }
   done
-  echo "(node aborted 3 times)"
+  echo "(node aborted 6 times)"
 }
 row "poot wasm32+simd128 (Node WASI), 1" "$(wasm_row)"
 KV=$(( 2 * 30 * (PP + TG + 1) * 192 * 4 / 1024 ))

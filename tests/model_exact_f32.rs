@@ -19,6 +19,7 @@ fn logits_and_greedy_tokens_agree_with_the_exact_reference() {
     let file = reference_gguf();
     let mut model = Model::from_gguf_bytes(&file[..]).unwrap();
     model.set_threads(2);
+    model.set_exact(true);
     let fx = fixture("exact_f32.json");
     let mut report = Vec::new();
     let mut failures = Vec::new();

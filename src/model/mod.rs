@@ -647,6 +647,9 @@ impl<B: AsRef<[u8]>> Model<B> {
         let c = &self.config;
         let file = self.bytes.as_ref();
         let t = tokens.len();
+        // A decode step's products may take rounded activations; a prompt pass's never (its
+        // last position's output product included).
+        let round = t == 1 && !self.exact;
         let (d, kv, qd, hd) = (c.n_embd, c.kv_dim(), c.q_dim(), c.head_dim);
         let pos0 = session.pos;
 
@@ -688,7 +691,7 @@ impl<B: AsRef<[u8]>> Model<B> {
                 };
                 let products: &mut [(&Matrix, &mut [f32])] =
                     &mut [(&layer.wq, qp), (&layer.wk, kp), (&layer.wv, &mut v)];
-                self.matmul(workers, &h, t, products);
+                self.matmul(workers, &h, t, round, products);
                 if let Some([bq, bk, bv]) = &layer.qkv_bias {
                     for ((_, out), bias) in products.iter_mut().zip([bq, bk, bv]) {
                         for row in out.chunks_exact_mut(bias.len()) {
@@ -758,7 +761,7 @@ impl<B: AsRef<[u8]>> Model<B> {
                     );
                 }
             }
-            self.matmul(workers, &att, t, &mut [(&layer.wo, &mut proj)]);
+            self.matmul(workers, &att, t, round, &mut [(&layer.wo, &mut proj)]);
             // Gemma 3 normalises the block's output before the residual (into h, free here).
             let out = match &layer.post_norms {
                 Some([after_attention, _]) => {
@@ -774,6 +777,7 @@ impl<B: AsRef<[u8]>> Model<B> {
                 workers,
                 &h,
                 t,
+                round,
                 &mut [(&layer.w_gate, &mut gate), (&layer.w_up, &mut up)],
             );
             if c.arch == Arch::Gemma3 {
@@ -785,7 +789,7 @@ impl<B: AsRef<[u8]>> Model<B> {
                     *g = *g / (1.0 + (-*g).exp()) * u; // SiLU(gate) · up
                 }
             }
-            self.matmul(workers, &gate, t, &mut [(&layer.w_down, &mut proj)]);
+            self.matmul(workers, &gate, t, round, &mut [(&layer.w_down, &mut proj)]);
             let out = match &layer.post_norms {
                 Some([_, after_ffn]) => {
                     rms_norm(&proj, after_ffn, c.rms_eps, &mut h);
@@ -798,7 +802,7 @@ impl<B: AsRef<[u8]>> Model<B> {
         let last = &x[(t - 1) * d..];
         let mut hn = vec![0f32; d];
         rms_norm(last, &self.output_norm, c.rms_eps, &mut hn);
-        self.matmul(workers, &hn, 1, &mut [(&self.output, logits)]);
+        self.matmul(workers, &hn, 1, round, &mut [(&self.output, logits)]);
         if let Some(cap) = c.final_logit_softcap {
             logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
         }
@@ -807,17 +811,19 @@ impl<B: AsRef<[u8]>> Model<B> {
     }
 
     /// `out (t × rows) = xs (t × cols) · Wᵀ` for each `(W, out)` of `products` (matrices of
-    /// one width), every matrix's rows split over the workers.
+    /// one width), every matrix's rows split over the workers; with `round` (one input), over
+    /// the input rounded to 8 bits where a weight type allows.
     fn matmul<'m>(
         &'m self,
         workers: &Workers<'m>,
         xs: &[f32],
         t: usize,
+        round: bool,
         products: &mut [(&'m Matrix, &mut [f32])],
     ) {
         let file = self.bytes.as_ref();
         // Rounded once per input and shared by every product and thread.
-        let acts = (t == 1 && !self.exact && xs.len().is_multiple_of(32))
+        let acts = (round && t == 1 && xs.len().is_multiple_of(32))
             .then(|| quant::Q8Activations::new(xs).map(std::sync::Arc::new))
             .flatten();
         if t == 1 && !workers.parallel() {

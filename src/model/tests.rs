@@ -148,7 +148,9 @@ fn prefill_matches_the_naive_forward_for_every_weight_type() {
             ..TinySpec::default()
         }
         .build();
-        let model = Model::from_gguf_bytes(&file[..]).unwrap();
+        let mut model = Model::from_gguf_bytes(&file[..]).unwrap();
+        // The output product is one input: exact, as the naive forward.
+        model.set_exact(true);
         let mut s = model.session(32).unwrap();
         let got = model.forward(&mut s, &PROMPT).unwrap();
         let want = naive_logits(&dense(&model), &PROMPT);
@@ -169,7 +171,10 @@ fn decode_steps_equal_a_longer_prefill() {
         ..TinySpec::default()
     }
     .build();
-    let model = Model::from_gguf_bytes(&file[..]).unwrap();
+    let mut model = Model::from_gguf_bytes(&file[..]).unwrap();
+    // Decode steps and prefill agree exactly on the exact path (rounded products: see
+    // tests/activation_rounding.rs).
+    model.set_exact(true);
     let mut a = model.session(16).unwrap();
     model.forward(&mut a, &PROMPT[..3]).unwrap();
     let mut got = Vec::new();
@@ -203,10 +208,14 @@ fn threads_give_the_same_logits() {
         let step = model.forward(&mut session, &[7]).unwrap();
         (prefill, step)
     };
-    let one = run(&model);
-    model.set_threads(3);
-    let three = run(&model);
-    assert_eq!(one, three);
+    for exact in [false, true] {
+        model.set_exact(exact);
+        model.set_threads(1);
+        let one = run(&model);
+        model.set_threads(3);
+        let three = run(&model);
+        assert_eq!(one, three, "exact: {exact}");
+    }
 }
 
 #[test]
