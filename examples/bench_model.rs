@@ -33,9 +33,12 @@ fn main() {
     let tok = Tokenizer::from_gguf_bytes(&file).expect("tokenizer");
     let mut model = Model::from_gguf_bytes(&file[..]).expect("model");
     model.set_threads(threads);
-    // `exact`: generation's products with f32 activations (the reference) instead of 8-bit.
-    let exact = args.get(5).is_some_and(|s| s == "exact");
-    model.set_exact(exact);
+    // `exact`: generation's products with f32 activations (the reference) where the default
+    // is 8-bit (x86-64).
+    if args.get(5).is_some_and(|s| s == "exact") {
+        model.set_exact(true);
+    }
+    let exact = model.is_exact();
     let mut prompt = Vec::new();
     while prompt.len() < pp {
         prompt.extend(tok.encode(TEXT, false, false));

@@ -561,6 +561,11 @@ impl<B: AsRef<[u8]>> Model<B> {
         self.exact = exact;
     }
 
+    /// Whether generation's products are exact ([`Model::set_exact`]).
+    pub fn is_exact(&self) -> bool {
+        self.exact
+    }
+
     /// A session whose KV cache holds `context` positions (at most the model's context).
     pub fn session(&self, context: usize) -> Result<Session> {
         self.session_with(context, KvPrecision::F32)

@@ -57,8 +57,10 @@ impl Q8Activations {
             let id = if d > 0.0 { 127.0 / amax } else { 0.0 };
             let mut s = [0i32; 2];
             for (i, (&v, q)) in xb.iter().zip(qb.iter_mut()).enumerate() {
-                // |v·id| ≤ 127 up to rounding; the clamp keeps the i8 exact at the edge.
-                let r = (v * id).round().clamp(-127.0, 127.0) as i8;
+                // Round to nearest by adding and subtracting 1.5·2^23 (exact for |v·id| ≤ 2^22;
+                // here ≤ 127 up to rounding): `f32::round` is a libm call on baseline x86-64.
+                // The clamp keeps the i8 exact at the edge.
+                let r = ((v * id + 12_582_912.0) - 12_582_912.0).clamp(-127.0, 127.0) as i8;
                 *q = r;
                 s[i / 16] += i32::from(r);
             }
@@ -562,43 +564,60 @@ mod x86 {
     /// Per 64 elements one `vpdpbusd` (16 lanes of 4 products: lanes 4s..4s+4 are sub-block
     /// s), converted and multiply-added with the 4 factors spread to their lanes; two
     /// accumulators alternate so consecutive multiply-adds do not wait on each other. A last
-    /// odd 32 elements take the 256-bit form.
+    /// 32 elements, and the offsets' dot product, take masked loads into the same
+    /// accumulators: one horizontal sum per row.
     #[inline(always)]
     unsafe fn dot_vnni(row: &RowCodes, a: &Q8Activations) -> f32 {
         let n = row.codes.len();
-        assert!(a.q.len() == n && row.sc.len() == n / 16);
+        let k = n / 16;
+        assert!(a.q.len() == n && row.sc.len() == k && row.mn.len() == k && a.sums.len() == k);
         let (w, q, f) = (row.codes.as_ptr(), a.q.as_ptr(), row.sc.as_ptr());
         let spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+        // `m` selects the bytes (and `m >> ..` the factors) of a step of 64 or 32 elements.
+        let step = |at: usize, m: u64, acc: __m512| {
+            let s = _mm512_dpbusd_epi32(
+                _mm512_setzero_si512(),
+                _mm512_maskz_loadu_epi8(m, w.add(at).cast()),
+                _mm512_maskz_loadu_epi8(m, q.add(at).cast()),
+            );
+            let fm = if m == u64::MAX { 0xf } else { 0x3 };
+            let fs = _mm512_permutexvar_ps(
+                spread,
+                _mm512_castps128_ps512(_mm_maskz_loadu_ps(fm, f.add(at / 16))),
+            );
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), fs, acc)
+        };
         let mut acc = [_mm512_setzero_ps(); 2];
         let mut i = 0;
         while i + 128 <= n {
-            for (h, acc) in acc.iter_mut().enumerate() {
-                let at = i + 64 * h;
-                let s = _mm512_dpbusd_epi32(
-                    _mm512_setzero_si512(),
-                    _mm512_loadu_si512(w.add(at).cast()),
-                    _mm512_loadu_si512(q.add(at).cast()),
-                );
-                let fs = _mm512_permutexvar_ps(
-                    spread,
-                    _mm512_castps128_ps512(_mm_loadu_ps(f.add(at / 16))),
-                );
-                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), fs, *acc);
-            }
+            acc[0] = step(i, u64::MAX, acc[0]);
+            acc[1] = step(i + 64, u64::MAX, acc[1]);
             i += 128;
         }
-        let mut sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
-        while i + 32 <= n {
-            let s = _mm256_dpbusd_epi32(
-                _mm256_setzero_si256(),
-                _mm256_loadu_si256(w.add(i).cast()),
-                _mm256_loadu_si256(q.add(i).cast()),
-            );
-            let fs = _mm256_set_m128(_mm_set1_ps(*f.add(i / 16 + 1)), _mm_set1_ps(*f.add(i / 16)));
-            sum += hsum256(_mm256_mul_ps(_mm256_cvtepi32_ps(s), fs));
-            i += 32;
+        if i + 64 <= n {
+            acc[0] = step(i, u64::MAX, acc[0]);
+            i += 64;
         }
-        sum + super::super::dot_f32(&row.mn, &a.sums)
+        if i < n {
+            acc[1] = step(i, u32::MAX.into(), acc[1]);
+        }
+        let (mn, sums) = (row.mn.as_ptr(), a.sums.as_ptr());
+        let mut j = 0;
+        while j < k {
+            let m: __mmask16 = if j + 16 <= k {
+                u16::MAX
+            } else {
+                (1 << (k - j)) - 1
+            };
+            let i = (j / 16) % 2;
+            acc[i] = _mm512_fmadd_ps(
+                _mm512_maskz_loadu_ps(m, mn.add(j)),
+                _mm512_maskz_loadu_ps(m, sums.add(j)),
+                acc[i],
+            );
+            j += 16;
+        }
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
     }
 
     /// Per 16 elements: codes and activations widened to i16, `vpmaddwd` (8 lanes of 2
@@ -741,40 +760,71 @@ mod tests {
             if matches!(ty, QuantType::F32 | QuantType::F16 | QuantType::BF16) {
                 continue;
             }
-            // 24 chunks of 32 for K-quants (AVX-512's 4-chunk steps only); 25 for the others,
-            // leaving a 256-bit tail.
-            let (rows, cols) = (5, if ty.block_len() == 256 { 768 } else { 800 });
-            let w = quantize(ty, &values(11, rows * cols)).unwrap();
-            let x = values(5, cols);
-            let a = Q8Activations::new(&x).unwrap();
-            let xt = a.dequantized();
-            let mut got = vec![0f32; rows];
-            matvec(ty, &w, &a, &mut got);
-            let mut paths = paths(ty, &w, &a, rows);
-            paths.push(("dispatched", got));
-            let rb = w.len() / rows;
-            for (path, got) in &paths {
-                for r in 0..rows {
-                    let mut row = vec![0f32; cols];
-                    dequantize(ty, &w[r * rb..(r + 1) * rb], &mut row).unwrap();
-                    let want: f64 = row
-                        .iter()
-                        .zip(&xt)
-                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                        .sum();
-                    let mag: f64 = row
-                        .iter()
-                        .zip(&xt)
-                        .map(|(&a, &b)| f64::from((a * b).abs()))
-                        .sum();
-                    let err = (f64::from(got[r]) - want).abs();
-                    assert!(
-                        err <= 1e-5 * mag + 1e-6,
-                        "{ty:?} {path} row {r}: {} vs {want}",
-                        got[r]
-                    );
+            // Every remainder of AVX-512's 128-element steps (0, 32, 64, 96 elements), and
+            // offsets past and short of 16 sub-blocks.
+            let widths: &[usize] = if ty.block_len() == 256 {
+                &[256, 512, 768, 2048]
+            } else {
+                &[32, 64, 96, 128, 576, 800, 832, 864]
+            };
+            for &cols in widths {
+                let rows = 5;
+                let w = quantize(ty, &values(11 + cols as u64, rows * cols)).unwrap();
+                let x = values(5, cols);
+                let a = Q8Activations::new(&x).unwrap();
+                let xt = a.dequantized();
+                let mut got = vec![0f32; rows];
+                matvec(ty, &w, &a, &mut got);
+                let mut paths = paths(ty, &w, &a, rows);
+                paths.push(("dispatched", got));
+                let rb = w.len() / rows;
+                for (path, got) in &paths {
+                    for r in 0..rows {
+                        let mut row = vec![0f32; cols];
+                        dequantize(ty, &w[r * rb..(r + 1) * rb], &mut row).unwrap();
+                        let want: f64 = row
+                            .iter()
+                            .zip(&xt)
+                            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                            .sum();
+                        let mag: f64 = row
+                            .iter()
+                            .zip(&xt)
+                            .map(|(&a, &b)| f64::from((a * b).abs()))
+                            .sum();
+                        let err = (f64::from(got[r]) - want).abs();
+                        assert!(
+                            err <= 1e-5 * mag + 1e-6,
+                            "{ty:?} {path} width {cols} row {r}: {} vs {want}",
+                            got[r]
+                        );
+                    }
                 }
             }
+        }
+    }
+
+    /// The largest codes against the largest activations, with signs that add up: no
+    /// intermediate sum saturates (`vpmaddwd`, `vpdpbusd`: at most 2·255·127 per pair).
+    #[test]
+    fn extreme_codes_do_not_saturate() {
+        let cols = 128;
+        let mut w = Vec::new();
+        for _ in 0..cols / 32 {
+            w.extend_from_slice(&0x3c00u16.to_le_bytes()); // d = 1
+            w.extend((0..32).map(|i| if i % 2 == 0 { 0x80u8 } else { 0x7f })); // -128, 127
+        }
+        let x: Vec<f32> = (0..cols)
+            .map(|i| if i % 2 == 0 { -1.0 } else { 1.0 })
+            .collect();
+        let a = Q8Activations::new(&x).unwrap();
+        let want = (cols / 2) as f32 * (128.0 + 127.0) * (1.0 / 127.0 * 127.0);
+        for (path, got) in paths(QuantType::Q8_0, &w, &a, 1) {
+            assert!(
+                (got[0] - want).abs() <= 1e-3 * want,
+                "{path}: {} vs {want}",
+                got[0]
+            );
         }
     }
 
