@@ -13,7 +13,7 @@
 //! faster path (the GPU's included) is checked against. By default on x86-64 a decode step
 //! (one token) rounds the input of each product with quantized weights to 8 bits per 32
 //! elements and takes integer dot products, as llama.cpp does (`quant/int8.rs`: 2–3× faster
-//! on one core; top-10 log-probabilities within 0.6 nats of the exact path, median 0.06,
+//! on one core; top-10 log-probabilities within 1 nat of the exact path, median 0.07,
 //! tests/activation_rounding.rs). Prompt passes stay exact. llama.cpp also keeps K/V in f16:
 //! a session may round its cache to f16 too ([`KvPrecision::F16`]), the twin of the GPU
 //! path's cache on a `shader-f16` device.
