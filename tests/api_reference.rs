@@ -30,6 +30,10 @@ fn complete(body: Value) -> Value {
     let r = reference();
     let mut model = Model::from_gguf_bytes(&r.file[..]).unwrap();
     model.set_threads(2);
+    // Exact products: the same logits on every CPU, so the seeded samples below are too (the
+    // 8-bit path's f32 sums differ between AVX-512 VNNI and AVX2, and a seeded sample can
+    // turn on the last bit: one reply here ran to max_tokens on that path).
+    model.set_exact(true);
     let endpoint = if body.get("messages").is_some() {
         Endpoint::Chat
     } else {
