@@ -13,7 +13,8 @@
 // (src/gpu/matvec.rs), rows first_row..first_row + rows; each chunk's dispatch writes only
 // the tokens whose id falls in its range (first_row = 0, rows = the vocabulary when unsplit).
 //
-// Formats: 0 F32, 1 F16, 2 Q8_0 (9-word blocks), 3 Q4_0 (5-word blocks), 4 Q4_1 (5 words).
+// Formats: 0 F32, 1 F16, 2 Q8_0 (9-word blocks), 3 Q4_0 (5-word blocks), 4 Q4_1 (5 words),
+// 5 codes (12-word units of scales, offsets and byte codes; see matvec.wgsl).
 // Dispatch: ceil(tokens * cols / WG) workgroups; one invocation per output value.
 
 struct Params {
@@ -58,11 +59,18 @@ fn weight(base: u32, k: u32) -> f32 {
             let j = k % 32u;
             return bitcast<f32>(weights[w]) * (nibble(weights[w + 1u + (j % 16u) / 4u], j) - 8.0);
         }
-        default: {
+        case 4u: {
             let w = base + (k / 32u) * 5u;
             let j = k % 32u;
             let dm = unpack2x16float(weights[w]);
             return dm.x * nibble(weights[w + 1u + (j % 16u) / 4u], j) + dm.y;
+        }
+        default: {
+            let w = base + (k / 32u) * 12u;
+            let j = k % 32u;
+            let h = j / 16u;
+            let code = (weights[w + 4u + j / 4u] >> (8u * (j % 4u))) & 0xffu;
+            return bitcast<f32>(weights[w + h]) * f32(code) + bitcast<f32>(weights[w + 2u + h]);
         }
     }
 }

@@ -11,6 +11,9 @@
 //           (byte j: weight j low, weight j+16 high); weight = d * (q - 8)
 //   4 Q4_1  32-weight blocks of 5 words as in the file: word 0 the f16 d and m, words 1-4 the
 //           nibbles; weight = d * q + m
+//   5 codes 32-weight units of 12 words (Q5_0, Q5_1, IQ4_NL and the K-quants, decoded at
+//           upload): words 0-1 the scales of weights 0-15 and 16-31, words 2-3 their offsets
+//           (f32 bits), words 4-11 the 32 unsigned codes as bytes; weight = sc * code + mn
 //
 // Bindings (group 0)
 //   0  weights  array<u32>  read        rows * row_words
@@ -119,7 +122,7 @@ fn unit_dot(row: u32, u: u32, xb: u32) -> f32 {
             }
             return bitcast<f32>(weights[w]) * q_dot_x;
         }
-        default: {
+        case 4u: {
             let w = row + u * 5u;
             let xs = xb + u * 32u;
             let dm = unpack2x16float(weights[w]);
@@ -137,6 +140,26 @@ fn unit_dot(row: u32, u: u32, xb: u32) -> f32 {
                 }
             }
             return dm.x * q_dot_x + dm.y * x_sum;
+        }
+        default: {
+            let w = row + u * 12u;
+            let xs = xb + u * 32u;
+            var sum = 0.0;
+            for (var h = 0u; h < 2u; h = h + 1u) {
+                var q_dot_x = 0.0;
+                var x_sum = 0.0;
+                for (var i = 0u; i < 4u; i = i + 1u) {
+                    let packed = weights[w + 4u + h * 4u + i];
+                    for (var k = 0u; k < 4u; k = k + 1u) {
+                        let xv = x[xs + h * 16u + i * 4u + k];
+                        q_dot_x = q_dot_x + f32((packed >> (8u * k)) & 0xffu) * xv;
+                        x_sum = x_sum + xv;
+                    }
+                }
+                sum = sum + bitcast<f32>(weights[w + h]) * q_dot_x
+                    + bitcast<f32>(weights[w + 2u + h]) * x_sum;
+            }
+            return sum;
         }
     }
 }

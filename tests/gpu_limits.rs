@@ -134,7 +134,7 @@ fn a_session_whose_activations_exceed_a_binding_is_refused_by_name() {
 #[test]
 fn weights_without_a_gpu_kernel_are_refused_by_name() {
     let spec = TinySpec {
-        weight_type: QuantType::Q4_K,
+        weight_type: QuantType::BF16,
         ..TinySpec::default()
     };
     let file = spec.build();
@@ -143,8 +143,8 @@ fn weights_without_a_gpu_kernel_are_refused_by_name() {
     let err = GpuModel::check_fits(&ctx, &cpu).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "the model cannot run on the GPU: tensor `token_embd.weight`: Q4_K weights have no GPU \
-         kernel yet (supported: F32, F16, Q8_0, Q4_0, Q4_1)"
+        "the model cannot run on the GPU: tensor `token_embd.weight`: BF16 weights have no GPU \
+         kernel yet (supported: F32, F16 and every block type)"
     );
     assert_eq!(err.param(), Some("model"));
 }

@@ -109,6 +109,15 @@ fn tiny_models_match_the_cpu_in_every_format() {
             QuantType::Q4_0,
             QuantType::F16,
             QuantType::F32,
+            // The code units (src/gpu/matvec.rs).
+            QuantType::Q5_0,
+            QuantType::Q5_1,
+            QuantType::IQ4_NL,
+            QuantType::Q2_K,
+            QuantType::Q3_K,
+            QuantType::Q4_K,
+            QuantType::Q5_K,
+            QuantType::Q6_K,
         ] {
             for tied_output in [true, false] {
                 tiny_model_run(&ctx, weight_type, tied_output);

@@ -4,7 +4,9 @@
 //! WGSL reads only 32-bit words, so weights are laid out for the GPU once, at upload
 //! ([`repack`]): Q4_1 blocks (20 bytes) and F32 are bound as the file has them; Q8_0 (34
 //! bytes) and Q4_0 (18 bytes) blocks get their f16 scale widened to an f32 word, which also
-//! aligns them (36 and 20 bytes, +6% and +11%); F16 rows of odd length get a zero half.
+//! aligns them (36 and 20 bytes, +6% and +11%); F16 rows of odd length get a zero half; every
+//! other block type (Q5_0, Q5_1, IQ4_NL, the K-quants) becomes units of codes, scales and
+//! offsets ([`CODES_UNIT_WORDS`]).
 //!
 //! A matrix larger than one storage binding of the adapter (`maxStorageBufferBindingSize`,
 //! 128 MiB by WebGPU's default, less on some phones) is uploaded as row chunks, each its own
@@ -66,15 +68,24 @@ fn gpu_layout(format: QuantType, cols: usize) -> Result<(u32, usize)> {
         QuantType::Q8_0 => (2, cols / 32 * 9),
         QuantType::Q4_0 => (3, cols / 32 * 5),
         QuantType::Q4_1 => (4, cols / 32 * 5),
-        other => {
-            return Err(Error::invalid_input(format!(
-                "{} weights have no GPU kernel yet (supported: F32, F16, Q8_0, Q4_0, Q4_1)",
-                other.name()
-            ))
+        QuantType::BF16 => {
+            return Err(Error::invalid_input(
+                "BF16 weights have no GPU kernel yet (supported: F32, F16 and every block type)"
+                    .to_string(),
+            )
             .with_param("weights"))
         }
+        // Q5_0, Q5_1, IQ4_NL and the K-quants: 32-weight units of 12 words (CODES_UNIT_WORDS).
+        _ => (5, cols / 32 * CODES_UNIT_WORDS),
     })
 }
+
+/// Words of one 32-weight unit of the "codes" layout (format 5): per 16 weights a scale and
+/// an offset as f32 (`sc0, sc1, mn0, mn1`), then the 32 unsigned codes as bytes, so that
+/// weight `i` is `sc[i / 16]·code_i + mn[i / 16]` (`quant::decode_codes`). One decoder for
+/// every type whose bits WGSL would need its own code for; the price is memory: 48 bytes per
+/// 32 weights against 18–22 in Q4_K/Q5_0/Q6_K files (2.2–2.7×).
+const CODES_UNIT_WORDS: usize = 12;
 
 fn le16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
@@ -121,7 +132,21 @@ pub fn repack(format: QuantType, rows: usize, cols: usize, bytes: &[u8]) -> Resu
                 words.extend(block[2..].chunks_exact(4).map(le32));
             }
         }
-        _ => unreachable!("gpu_layout accepted only the formats above"),
+        QuantType::BF16 => unreachable!("gpu_layout refused it"),
+        _ => {
+            let n = expected / format.block_bytes() * format.block_len();
+            let (mut codes, mut sc, mut mn) =
+                (vec![0u8; n], vec![0f32; n / 16], vec![0f32; n / 16]);
+            quant::decode_codes(format, bytes, &mut codes, &mut sc, &mut mn);
+            for ((codes, sc), mn) in codes
+                .chunks_exact(32)
+                .zip(sc.chunks_exact(2))
+                .zip(mn.chunks_exact(2))
+            {
+                words.extend(sc.iter().chain(mn).map(|v| v.to_bits()));
+                words.extend(codes.chunks_exact(4).map(le32));
+            }
+        }
     }
     Ok(words)
 }
@@ -353,11 +378,46 @@ mod tests {
     fn wrong_sizes_and_formats_are_errors() {
         let err = repack(QuantType::Q4_1, 2, 32, &[0; 20]).unwrap_err();
         assert_eq!(err.to_string(), "a 2x32 Q4_1 matrix is 40 bytes, got 20");
-        let err = repack(QuantType::Q6_K, 1, 256, &[0; 210]).unwrap_err();
+        let err = repack(QuantType::BF16, 1, 256, &[0; 512]).unwrap_err();
         assert!(
             err.to_string()
-                .starts_with("Q6_K weights have no GPU kernel yet"),
+                .starts_with("BF16 weights have no GPU kernel yet"),
             "{err}"
         );
+    }
+
+    /// Every type without a decoder of its own: the words hold, per 32 weights, scales and
+    /// offsets and codes that give back the dequantized values.
+    #[test]
+    fn other_block_types_become_code_units() {
+        for ty in quant::ALL_TYPES {
+            if !matches!(gpu_layout(ty, 256), Ok((5, _))) {
+                continue;
+            }
+            let (rows, cols) = (3, 512);
+            let x: Vec<f32> = (0..rows * cols)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0)
+                .collect();
+            let bytes = quant::quantize(ty, &x).unwrap();
+            let words = repack(ty, rows, cols, &bytes).unwrap();
+            assert_eq!(words.len(), rows * cols / 32 * CODES_UNIT_WORDS, "{ty:?}");
+            let mut want = vec![0f32; rows * cols];
+            quant::dequantize(ty, &bytes, &mut want).unwrap();
+            for (u, unit) in words.chunks_exact(CODES_UNIT_WORDS).enumerate() {
+                for i in 0..32 {
+                    let code = (unit[4 + i / 4] >> (8 * (i % 4))) & 0xff;
+                    let (sc, mn) = (
+                        f32::from_bits(unit[i / 16]),
+                        f32::from_bits(unit[2 + i / 16]),
+                    );
+                    let got = sc * code as f32 + mn;
+                    let w = want[32 * u + i];
+                    assert!(
+                        (got - w).abs() <= 1e-6 * (1.0 + w.abs()),
+                        "{ty:?} unit {u} weight {i}: {got} vs {w}"
+                    );
+                }
+            }
+        }
     }
 }

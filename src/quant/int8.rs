@@ -368,6 +368,46 @@ pub(crate) fn matvec(ty: QuantType, w: &[u8], a: &Q8Activations, out: &mut [f32]
     }
 }
 
+/// Decodes whole blocks of `ty` (a block type, not F32/F16/BF16): per element its unsigned
+/// code into `codes`, per 16 elements the scale `sc` and offset `mn` (`value = sc·code +
+/// mn`, exactly the dequantized value up to one f32 rounding). The GPU's layout for the types
+/// it has no dedicated decoder for (`src/gpu/matvec.rs`).
+pub(crate) fn decode_codes(
+    ty: QuantType,
+    bytes: &[u8],
+    codes: &mut [u8],
+    sc: &mut [f32],
+    mn: &mut [f32],
+) {
+    fn each<T: Decode>(bytes: &[u8], codes: &mut [u8], sc: &mut [f32], mn: &mut [f32]) {
+        let per = T::LEN / 16;
+        for (((b, w), sc), mn) in bytes
+            .chunks_exact(T::BYTES)
+            .zip(codes.chunks_exact_mut(T::LEN))
+            .zip(sc.chunks_exact_mut(per))
+            .zip(mn.chunks_exact_mut(per))
+        {
+            T::decode::<PortableHalf>(b, w, sc, mn);
+        }
+    }
+    match ty {
+        QuantType::Q8_0 => each::<Q8_0>(bytes, codes, sc, mn),
+        QuantType::Q4_0 => each::<Q4_0>(bytes, codes, sc, mn),
+        QuantType::Q4_1 => each::<Q4_1>(bytes, codes, sc, mn),
+        QuantType::Q5_0 => each::<Q5_0>(bytes, codes, sc, mn),
+        QuantType::Q5_1 => each::<Q5_1>(bytes, codes, sc, mn),
+        QuantType::IQ4_NL => each::<IQ4NL>(bytes, codes, sc, mn),
+        QuantType::Q2_K => each::<Q2_K>(bytes, codes, sc, mn),
+        QuantType::Q3_K => each::<Q3_K>(bytes, codes, sc, mn),
+        QuantType::Q4_K => each::<Q4_K>(bytes, codes, sc, mn),
+        QuantType::Q5_K => each::<Q5_K>(bytes, codes, sc, mn),
+        QuantType::Q6_K => each::<Q6_K>(bytes, codes, sc, mn),
+        QuantType::F32 | QuantType::F16 | QuantType::BF16 => {
+            unreachable!("float weights have no codes")
+        }
+    }
+}
+
 /// Whether this CPU has a vector integer dot product for these products (x86-64 with AVX2,
 /// or AVX-512 VNNI). Elsewhere the portable loop is slower than the exact f32 kernels (wasm32
 /// SIMD128, measured on SmolLM2 in Node: 8.6 vs 22 tok/s), so the model keeps those.
@@ -708,29 +748,12 @@ mod tests {
     }
 
     fn decoded(ty: QuantType, bytes: &[u8]) -> Vec<f32> {
-        fn each<T: Decode>(bytes: &[u8]) -> Vec<f32> {
-            let (mut w, mut sc, mut mn) = ([0u8; 256], [0f32; 16], [0f32; 16]);
-            let mut out = Vec::new();
-            for b in bytes.chunks_exact(T::BYTES) {
-                T::decode::<PortableHalf>(b, &mut w, &mut sc, &mut mn);
-                out.extend((0..T::LEN).map(|i| sc[i / 16] * f32::from(w[i]) + mn[i / 16]));
-            }
-            out
-        }
-        match ty {
-            QuantType::Q8_0 => each::<Q8_0>(bytes),
-            QuantType::Q4_0 => each::<Q4_0>(bytes),
-            QuantType::Q4_1 => each::<Q4_1>(bytes),
-            QuantType::Q5_0 => each::<Q5_0>(bytes),
-            QuantType::Q5_1 => each::<Q5_1>(bytes),
-            QuantType::IQ4_NL => each::<IQ4NL>(bytes),
-            QuantType::Q2_K => each::<Q2_K>(bytes),
-            QuantType::Q3_K => each::<Q3_K>(bytes),
-            QuantType::Q4_K => each::<Q4_K>(bytes),
-            QuantType::Q5_K => each::<Q5_K>(bytes),
-            QuantType::Q6_K => each::<Q6_K>(bytes),
-            _ => unreachable!(),
-        }
+        let n = bytes.len() / ty.block_bytes() * ty.block_len();
+        let (mut codes, mut sc, mut mn) = (vec![0u8; n], vec![0f32; n / 16], vec![0f32; n / 16]);
+        decode_codes(ty, bytes, &mut codes, &mut sc, &mut mn);
+        (0..n)
+            .map(|i| sc[i / 16] * f32::from(codes[i]) + mn[i / 16])
+            .collect()
     }
 
     #[test]

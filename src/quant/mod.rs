@@ -27,7 +27,7 @@ mod kernels;
 mod kquant;
 
 pub(crate) use int8::{
-    is_fast as rounded_products_are_fast, matvec as matvec_rounded, Q8Activations,
+    decode_codes, is_fast as rounded_products_are_fast, matvec as matvec_rounded, Q8Activations,
 };
 pub(crate) use kernels::{dot_f32_with, madd, matmul_t, matvec};
 
