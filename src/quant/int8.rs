@@ -347,31 +347,73 @@ impl Decode for Q3_K {
     }
 }
 
+/// `$body` with `$T` the [`Decode`] of block type `$ty` (F32/F16/BF16 have none: a bug to
+/// ask, their callers keep the exact path).
+macro_rules! with_decoder {
+    ($ty:expr, $T:ident => $body:expr) => {
+        match $ty {
+            QuantType::Q8_0 => {
+                type $T = Q8_0;
+                $body
+            }
+            QuantType::Q4_0 => {
+                type $T = Q4_0;
+                $body
+            }
+            QuantType::Q4_1 => {
+                type $T = Q4_1;
+                $body
+            }
+            QuantType::Q5_0 => {
+                type $T = Q5_0;
+                $body
+            }
+            QuantType::Q5_1 => {
+                type $T = Q5_1;
+                $body
+            }
+            QuantType::IQ4_NL => {
+                type $T = IQ4NL;
+                $body
+            }
+            QuantType::Q2_K => {
+                type $T = Q2_K;
+                $body
+            }
+            QuantType::Q3_K => {
+                type $T = Q3_K;
+                $body
+            }
+            QuantType::Q4_K => {
+                type $T = Q4_K;
+                $body
+            }
+            QuantType::Q5_K => {
+                type $T = Q5_K;
+                $body
+            }
+            QuantType::Q6_K => {
+                type $T = Q6_K;
+                $body
+            }
+            QuantType::F32 | QuantType::F16 | QuantType::BF16 => {
+                unreachable!("float weights have no codes")
+            }
+        }
+    };
+}
+
 /// `out[r] = row_r · x̃` for the `out.len()` rows of `ty` back to back in `w`, where `ty` is a
 /// block type (not F32/F16/BF16; the caller keeps those exact).
 pub(crate) fn matvec(ty: QuantType, w: &[u8], a: &Q8Activations, out: &mut [f32]) {
-    match ty {
-        QuantType::Q8_0 => rows::<Q8_0>(w, a, out),
-        QuantType::Q4_0 => rows::<Q4_0>(w, a, out),
-        QuantType::Q4_1 => rows::<Q4_1>(w, a, out),
-        QuantType::Q5_0 => rows::<Q5_0>(w, a, out),
-        QuantType::Q5_1 => rows::<Q5_1>(w, a, out),
-        QuantType::IQ4_NL => rows::<IQ4NL>(w, a, out),
-        QuantType::Q2_K => rows::<Q2_K>(w, a, out),
-        QuantType::Q3_K => rows::<Q3_K>(w, a, out),
-        QuantType::Q4_K => rows::<Q4_K>(w, a, out),
-        QuantType::Q5_K => rows::<Q5_K>(w, a, out),
-        QuantType::Q6_K => rows::<Q6_K>(w, a, out),
-        QuantType::F32 | QuantType::F16 | QuantType::BF16 => {
-            unreachable!("float weights take the exact path")
-        }
-    }
+    with_decoder!(ty, T => rows::<T>(w, a, out))
 }
 
 /// Decodes whole blocks of `ty` (a block type, not F32/F16/BF16): per element its unsigned
 /// code into `codes`, per 16 elements the scale `sc` and offset `mn` (`value = sc·code +
 /// mn`, exactly the dequantized value up to one f32 rounding). The GPU's layout for the types
 /// it has no dedicated decoder for (`src/gpu/matvec.rs`).
+#[cfg(any(test, feature = "gpu"))]
 pub(crate) fn decode_codes(
     ty: QuantType,
     bytes: &[u8],
@@ -390,22 +432,7 @@ pub(crate) fn decode_codes(
             T::decode::<PortableHalf>(b, w, sc, mn);
         }
     }
-    match ty {
-        QuantType::Q8_0 => each::<Q8_0>(bytes, codes, sc, mn),
-        QuantType::Q4_0 => each::<Q4_0>(bytes, codes, sc, mn),
-        QuantType::Q4_1 => each::<Q4_1>(bytes, codes, sc, mn),
-        QuantType::Q5_0 => each::<Q5_0>(bytes, codes, sc, mn),
-        QuantType::Q5_1 => each::<Q5_1>(bytes, codes, sc, mn),
-        QuantType::IQ4_NL => each::<IQ4NL>(bytes, codes, sc, mn),
-        QuantType::Q2_K => each::<Q2_K>(bytes, codes, sc, mn),
-        QuantType::Q3_K => each::<Q3_K>(bytes, codes, sc, mn),
-        QuantType::Q4_K => each::<Q4_K>(bytes, codes, sc, mn),
-        QuantType::Q5_K => each::<Q5_K>(bytes, codes, sc, mn),
-        QuantType::Q6_K => each::<Q6_K>(bytes, codes, sc, mn),
-        QuantType::F32 | QuantType::F16 | QuantType::BF16 => {
-            unreachable!("float weights have no codes")
-        }
-    }
+    with_decoder!(ty, T => each::<T>(bytes, codes, sc, mn))
 }
 
 /// Whether this CPU has a vector integer dot product for these products (x86-64 with AVX2,
@@ -858,19 +885,6 @@ mod tests {
         rows: usize,
     ) -> Vec<(&'static str, Vec<f32>)> {
         let mut out = vec![0f32; rows];
-        match ty {
-            QuantType::Q8_0 => each_path::<Q8_0>(w, a, &mut out),
-            QuantType::Q4_0 => each_path::<Q4_0>(w, a, &mut out),
-            QuantType::Q4_1 => each_path::<Q4_1>(w, a, &mut out),
-            QuantType::Q5_0 => each_path::<Q5_0>(w, a, &mut out),
-            QuantType::Q5_1 => each_path::<Q5_1>(w, a, &mut out),
-            QuantType::IQ4_NL => each_path::<IQ4NL>(w, a, &mut out),
-            QuantType::Q2_K => each_path::<Q2_K>(w, a, &mut out),
-            QuantType::Q3_K => each_path::<Q3_K>(w, a, &mut out),
-            QuantType::Q4_K => each_path::<Q4_K>(w, a, &mut out),
-            QuantType::Q5_K => each_path::<Q5_K>(w, a, &mut out),
-            QuantType::Q6_K => each_path::<Q6_K>(w, a, &mut out),
-            _ => unreachable!(),
-        }
+        with_decoder!(ty, T => each_path::<T>(w, a, &mut out))
     }
 }

@@ -26,8 +26,10 @@ mod int8;
 mod kernels;
 mod kquant;
 
+#[cfg(feature = "gpu")]
+pub(crate) use int8::decode_codes;
 pub(crate) use int8::{
-    decode_codes, is_fast as rounded_products_are_fast, matvec as matvec_rounded, Q8Activations,
+    is_fast as rounded_products_are_fast, matvec as matvec_rounded, Q8Activations,
 };
 pub(crate) use kernels::{dot_f32_with, madd, matmul_t, matvec};
 
