@@ -767,15 +767,14 @@ impl<B: AsRef<[u8]>> Model<B> {
                 }
             }
             self.matmul(workers, &att, t, round, &mut [(&layer.wo, &mut proj)]);
-            // Gemma 3 normalises the block's output before the residual (into h, free here).
-            let out = match &layer.post_norms {
-                Some([after_attention, _]) => {
-                    rms_norm(&proj, after_attention, c.rms_eps, &mut h);
-                    &h
-                }
-                None => &proj,
-            };
-            x.iter_mut().zip(out).for_each(|(x, p)| *x += p);
+            let post_norms = layer.post_norms.as_ref();
+            add_residual(
+                &mut x,
+                &proj,
+                post_norms.map(|[a, _]| &a[..]),
+                c.rms_eps,
+                &mut h,
+            );
 
             rms_norm(&x, &layer.ffn_norm, c.rms_eps, &mut h);
             self.matmul(
@@ -795,14 +794,13 @@ impl<B: AsRef<[u8]>> Model<B> {
                 }
             }
             self.matmul(workers, &gate, t, round, &mut [(&layer.w_down, &mut proj)]);
-            let out = match &layer.post_norms {
-                Some([_, after_ffn]) => {
-                    rms_norm(&proj, after_ffn, c.rms_eps, &mut h);
-                    &h
-                }
-                None => &proj,
-            };
-            x.iter_mut().zip(out).for_each(|(x, p)| *x += p);
+            add_residual(
+                &mut x,
+                &proj,
+                post_norms.map(|[_, f]| &f[..]),
+                c.rms_eps,
+                &mut h,
+            );
         }
         let last = &x[(t - 1) * d..];
         let mut hn = vec![0f32; d];
@@ -1130,6 +1128,19 @@ fn attend_body<const FMA: bool>(
 
 /// `out = x / sqrt(mean(x²) + eps) · w`, row by row (`w.len()` values per row); the mean of
 /// squares is summed in f64, as ggml does.
+/// `x += proj`, through Gemma 3's post-norm `norm` first where the layer has one (written
+/// into `h`, which is free at both residuals of a layer).
+fn add_residual(x: &mut [f32], proj: &[f32], norm: Option<&[f32]>, eps: f32, h: &mut [f32]) {
+    let out = match norm {
+        Some(w) => {
+            rms_norm(proj, w, eps, h);
+            &*h
+        }
+        None => proj,
+    };
+    x.iter_mut().zip(out).for_each(|(x, p)| *x += p);
+}
+
 pub(crate) fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {

@@ -27,8 +27,6 @@ use super::{QuantType, KVALUES_IQ4NL};
 pub(crate) struct Q8Activations {
     /// The codes, one per element.
     q: Vec<i8>,
-    /// `d_b`, one per 32 elements.
-    d: Vec<f32>,
     /// `d_b` once per 16 elements (the scales' spacing, so they multiply lane by lane).
     d16: Vec<f32>,
     /// `d_b · Σ q` per 16 elements: what an offset `mn_s` multiplies.
@@ -43,7 +41,6 @@ impl Q8Activations {
         let n = x.len() / 32;
         let mut a = Q8Activations {
             q: vec![0; x.len()],
-            d: vec![0.0; n],
             d16: vec![0.0; 2 * n],
             sums: vec![0.0; 2 * n],
         };
@@ -64,7 +61,6 @@ impl Q8Activations {
                 *q = r;
                 s[i / 16] += i32::from(r);
             }
-            a.d[b] = d;
             a.d16[2 * b..2 * b + 2].fill(d);
             a.sums[2 * b] = d * s[0] as f32;
             a.sums[2 * b + 1] = d * s[1] as f32;
@@ -78,7 +74,7 @@ impl Q8Activations {
         self.q
             .iter()
             .enumerate()
-            .map(|(i, &q)| self.d[i / 32] * f32::from(q))
+            .map(|(i, &q)| self.d16[i / 16] * f32::from(q))
             .collect()
     }
 }
