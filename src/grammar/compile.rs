@@ -231,7 +231,11 @@ pub(super) fn compile(
     limits: &Limits,
     spent: &mut u64,
 ) -> Result<Grammar, GrammarError> {
-    let (ast, counted) = with_counters(ast, limits.grammar_repetition)?;
+    let Rewritten {
+        ast,
+        counted,
+        framed,
+    } = with_counters(ast, limits.grammar_repetition)?;
     let ast = &ast;
     // Inlining copies a rule into every caller; when the copies are what passes the bound (a
     // schema's GBNF with a small rule used in hundreds of places, or blocks of blocks of a
@@ -251,9 +255,10 @@ pub(super) fn compile(
             Some((max_size, leaves_only)) => inlined_rules(ast, max_size, leaves_only),
             None => vec![false; ast.rules.len()],
         };
-        // A counter is its own frame: that frame holds the count.
-        for (i, c) in inline.iter_mut().zip(&counted) {
-            *i &= c.is_none();
+        // A counter is its own frame: that frame holds the count. The wide characters of a
+        // chain keep theirs too: that is what they were split out for.
+        for ((i, c), &f) in inline.iter_mut().zip(&counted).zip(&framed) {
+            *i &= c.is_none() && !f;
         }
         if tried.contains(&inline) {
             continue;
@@ -997,15 +1002,37 @@ struct Counted {
     max: Option<u32>,
 }
 
+/// A repetition of at least this many items, and at most [`COUNTER_FROM`], whose item
+/// mixes single ASCII bytes with wider alternatives (a JSON string character: non-ASCII
+/// characters of 2-4 bytes, escapes of 2-6) keeps the ASCII bytes in its chain and calls a
+/// rule for the rest ([`split_wide`]). Inlined, the DFA holds every position times every
+/// byte inside a character: `maxLength: 100` was 1,311 states (13 per position, each a full
+/// row of the grammar's byte classes, ~0.5 KiB), so one such property took most of
+/// [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES); split, a position
+/// is one state, and a wide character pushes a frame.
+const WIDE_SPLIT_FROM: u32 = 8;
+
+/// How deep [`split_wide`] follows rule references into an item (a JSON string character
+/// is one reference deep; deeper or recursive items stay whole).
+const WIDE_SPLIT_DEPTH: u32 = 4;
+
+/// The grammar [`with_counters`] rewrote, and what it made of each rule.
+struct Rewritten {
+    ast: Ast,
+    /// Per rule: the counter it is, if it is one.
+    counted: Vec<Option<Counted>>,
+    /// Per rule: whether it is the wide part of a chain's item ([`WIDE_SPLIT_FROM`]), which
+    /// is never inlined.
+    framed: Vec<bool>,
+}
+
 /// `ast` with every repetition past [`COUNTER_FROM`] of an item that cannot be empty moved
 /// into a rule of its own (and its item into another, unless it is a rule reference), one
-/// [`Counted`] per such rule. A nullable item past `max_repetition`
+/// [`Counted`] per such rule, and the wide characters of shorter ones split out
+/// ([`WIDE_SPLIT_FROM`]). A nullable item past `max_repetition`
 /// ([`Limits::grammar_repetition`]) is refused: a count of empty items is not a count, and
 /// expanding it is what the limit bounds.
-fn with_counters(
-    ast: &Ast,
-    max_repetition: u32,
-) -> Result<(Ast, Vec<Option<Counted>>), GrammarError> {
+fn with_counters(ast: &Ast, max_repetition: u32) -> Result<Rewritten, GrammarError> {
     let mut nullable = vec![false; ast.rules.len()];
     loop {
         let next: Vec<bool> = ast
@@ -1018,48 +1045,78 @@ fn with_counters(
         }
         nullable = next;
     }
-    let mut out = ast.clone();
-    let mut counted = vec![None; ast.rules.len()];
+    let mut out = Rewritten {
+        ast: ast.clone(),
+        counted: vec![None; ast.rules.len()],
+        framed: vec![false; ast.rules.len()],
+    };
+    let mut wide_rules = HashMap::default();
     for r in 0..ast.rules.len() {
-        let mut body = std::mem::replace(&mut out.rules[r].body, Expr::Seq(Vec::new()));
+        let mut body = std::mem::replace(&mut out.ast.rules[r].body, Expr::Seq(Vec::new()));
         rewrite_counts(
             &mut body,
             r,
             &mut out,
-            &mut counted,
+            &mut wide_rules,
             &nullable,
             max_repetition,
         )?;
-        out.rules[r].body = body;
+        out.ast.rules[r].body = body;
     }
-    Ok((out, counted))
+    Ok(out)
 }
 
 fn rewrite_counts(
     e: &mut Expr,
     owner: usize,
-    ast: &mut Ast,
-    counted: &mut Vec<Option<Counted>>,
+    out: &mut Rewritten,
+    wide_rules: &mut HashMap<Expr, usize>,
     nullable: &[bool],
     max_repetition: u32,
 ) -> Result<(), GrammarError> {
     match e {
         Expr::Seq(v) | Expr::Alt(v) => {
             for x in v {
-                rewrite_counts(x, owner, ast, counted, nullable, max_repetition)?;
+                rewrite_counts(x, owner, out, wide_rules, nullable, max_repetition)?;
             }
         }
         Expr::Repeat { expr, min, max } => {
             // Before the rewrite below, which adds rules `nullable` does not know.
             let empty_item = expr_nullable(expr, nullable);
-            rewrite_counts(expr, owner, ast, counted, nullable, max_repetition)?;
+            rewrite_counts(expr, owner, out, wide_rules, nullable, max_repetition)?;
             let (min, max) = (*min, *max);
             let most = max.unwrap_or(min);
             if most <= COUNTER_FROM {
+                if most >= WIDE_SPLIT_FROM && !empty_item {
+                    let (mut ascii, mut wide) = (Vec::new(), Vec::new());
+                    split_wide(expr, out, 0, &mut ascii, &mut wide);
+                    if !ascii.is_empty() && !wide.is_empty() {
+                        let body = match wide.len() {
+                            1 => wide.pop().expect("one"),
+                            _ => Expr::Alt(wide),
+                        };
+                        let w = match wide_rules.get(&body) {
+                            Some(&w) => w,
+                            None => {
+                                let name = format!("{}/wide", out.ast.rules[owner].name);
+                                let at = out.ast.rules[owner].at;
+                                let w = add_rule(out, name, at, body.clone());
+                                out.framed[w] = true;
+                                wide_rules.insert(body, w);
+                                w
+                            }
+                        };
+                        let ascii = Expr::Class {
+                            ranges: ascii,
+                            negated: false,
+                        };
+                        **expr = Expr::Alt(vec![ascii, Expr::Ref(w)]);
+                    }
+                }
                 return Ok(());
             }
-            let name = ast.rules[owner].name.clone();
-            let at = ast.rules[owner].at;
+            let name = out.ast.rules[owner].name.clone();
+            let at = out.ast.rules[owner].at;
             if empty_item {
                 if most <= max_repetition {
                     return Ok(());
@@ -1076,15 +1133,15 @@ fn rewrite_counts(
                 Expr::Ref(x) => x,
                 _ => {
                     let body = std::mem::replace(&mut **expr, Expr::Seq(Vec::new()));
-                    add_rule(ast, counted, format!("{name}/item"), at, body)
+                    add_rule(out, format!("{name}/item"), at, body)
                 }
             };
             let shown = format!(
                 "{name}/{{{min},{}}}",
                 max.map_or(String::new(), |m| m.to_string())
             );
-            let c = add_rule(ast, counted, shown, at, Expr::Ref(item));
-            counted[c] = Some(Counted { item, min, max });
+            let c = add_rule(out, shown, at, Expr::Ref(item));
+            out.counted[c] = Some(Counted { item, min, max });
             *e = Expr::Ref(c);
         }
         _ => {}
@@ -1092,16 +1149,62 @@ fn rewrite_counts(
     Ok(())
 }
 
-fn add_rule(
-    ast: &mut Ast,
-    counted: &mut Vec<Option<Counted>>,
-    name: String,
-    at: usize,
-    body: Expr,
-) -> usize {
-    ast.rules.push(super::parse::Rule { name, at, body });
-    counted.push(None);
-    ast.rules.len() - 1
+fn add_rule(out: &mut Rewritten, name: String, at: usize, body: Expr) -> usize {
+    out.ast.rules.push(super::parse::Rule { name, at, body });
+    out.counted.push(None);
+    out.framed.push(false);
+    out.ast.rules.len() - 1
+}
+
+/// Splits the language of a repeated item `e` into its one-byte (ASCII) strings, as code
+/// point ranges into `ascii`, and the alternatives that hold the rest into `wide`: `e` is
+/// `ascii | wide...`. Alternatives are split where they are one character (a class, `.`, a
+/// one-byte literal) and followed into rule references up to [`WIDE_SPLIT_DEPTH`] (never
+/// into a counter, whose body stands for its count); anything else goes whole into `wide`.
+fn split_wide(
+    e: &Expr,
+    out: &Rewritten,
+    depth: u32,
+    ascii: &mut Vec<(u32, u32)>,
+    wide: &mut Vec<Expr>,
+) {
+    let mut chars = |ranges: Vec<(char, char)>| {
+        let mut rest = Vec::new();
+        for (lo, hi) in ranges {
+            let (lo, hi) = (u32::from(lo), u32::from(hi));
+            if lo < 0x80 {
+                ascii.push((lo, hi.min(0x7F)));
+            }
+            if hi >= 0x80 {
+                rest.push((lo.max(0x80), hi));
+            }
+        }
+        if !rest.is_empty() {
+            wide.push(Expr::Class {
+                ranges: rest,
+                negated: false,
+            });
+        }
+    };
+    match e {
+        Expr::Literal(b) if b.len() == 1 && b[0] < 0x80 => {
+            ascii.push((u32::from(b[0]), u32::from(b[0])));
+        }
+        Expr::Class { ranges, negated } => chars(char_ranges(ranges, *negated)),
+        Expr::Any => chars(char_ranges(&[(0, 0x10FFFF)], false)),
+        Expr::Alt(v) => {
+            for x in v {
+                split_wide(x, out, depth, ascii, wide);
+            }
+        }
+        Expr::Seq(v) if v.len() == 1 => split_wide(&v[0], out, depth, ascii, wide),
+        Expr::Ref(r)
+            if depth < WIDE_SPLIT_DEPTH && out.counted[*r].is_none() && !out.framed[*r] =>
+        {
+            split_wide(&out.ast.rules[*r].body, out, depth + 1, ascii, wide);
+        }
+        other => wide.push(other.clone()),
+    }
 }
 
 /// Whether `e` matches the empty string, given which rules do.
@@ -1554,6 +1657,46 @@ mod tests {
         assert!(
             merged > 500,
             "only {merged} of 2,000 tables had equivalent states"
+        );
+    }
+
+    #[test]
+    fn wide_characters_of_a_chain_are_called_and_keep_the_language() {
+        // A JSON-like string of 3-12 characters: ASCII, 2-4 byte characters and escapes.
+        let text = r#"root ::= "\"" ch{3,12} "\""
+ch ::= [^"\\\x00-\x1F] | "\\" (["\\nt] | "u" [0-9a-f]{4})"#;
+        let g = crate::grammar::Grammar::new(text).unwrap();
+        let oracle =
+            regex::Regex::new(r#"^"(?:[^"\\\x00-\x1F]|\\(?:["\\nt]|u[0-9a-f]{4})){3,12}"$"#)
+                .unwrap();
+        // Inlined, each of the 13 positions held every byte inside a character or escape:
+        // 173 states; split, a position is one state and the wide part one rule: 43.
+        assert!(g.state_count() < 60, "{} states", g.state_count());
+        let pieces = [
+            "a", "\"", "\\n", "\\u00e9", "\\x", "é", "中", "😀", "\u{1}", "\\",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut checked = 0;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let n = (seed % 15) as usize;
+            let mut body = String::new();
+            let mut x = seed;
+            for _ in 0..n {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                body.push_str(pieces[(x >> 33) as usize % pieces.len()]);
+            }
+            let s = format!("\"{body}\"");
+            assert_eq!(g.matches(s.as_bytes()), oracle.is_match(&s), "{s:?}");
+            checked += usize::from(oracle.is_match(&s));
+        }
+        assert!(
+            checked > 1_000,
+            "only {checked} sentences among the samples"
         );
     }
 

@@ -12,7 +12,7 @@ use crate::limits::Limits;
 use std::collections::HashMap;
 
 /// One item of a rule body.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Expr {
     /// A literal: these bytes (UTF-8), possibly none.
     Literal(Vec<u8>),
