@@ -1,5 +1,6 @@
 //! Keywords compiled by the automaton algebra (a `pattern` or `format` with lengths they do
-//! not imply, `format` with `pattern`, integer `multipleOf` with or without bounds) against
+//! not imply, `format` with `pattern`, integer and decimal `multipleOf` with or without
+//! bounds) against
 //! the `jsonschema` crate: every candidate instance, serialized canonically, is accepted only
 //! when the validator accepts it (and, where the schema has no `format`, whose regexes are
 //! documented subsets, exactly then); random walks through the automaton give only values the
@@ -153,6 +154,63 @@ fn integer_multiples_agree_with_the_validator() {
         .collect();
     let schema = json!({"type": "number", "multipleOf": 4, "maximum": 50.5});
     check(&schema, &nums, true);
+}
+
+#[test]
+fn decimal_multiples_agree_with_the_validator() {
+    // Every number of at most three decimals in [-3, 3], then a few longer ones: fractions
+    // with trailing digits past a step's scale, and integers.
+    let nums: Vec<Value> = (-3000i64..=3000)
+        .map(|k| k as f64 / 1000.0)
+        .chain([
+            0.0001, 0.0002, 1.0001, 12.34, 123.45, 9999.99, 1e3, -0.005, 7.5, 40.5, 4.5, 9.0,
+            -13.5, 94.5, 99.0, 58.5, -4.5, 100.5,
+        ])
+        .map(|v| {
+            if v.fract() == 0.0 {
+                json!(v as i64)
+            } else {
+                json!(v)
+            }
+        })
+        .collect();
+    let schemas = [
+        json!({"type": "number", "multipleOf": 0.01}),
+        json!({"type": "number", "multipleOf": 0.1, "minimum": -1, "maximum": 2.5}),
+        json!({"type": "number", "multipleOf": 0.0001}),
+        json!({"type": "number", "multipleOf": 0.25, "exclusiveMinimum": -2, "maximum": 3}),
+        json!({"type": "number", "multipleOf": 1.5}),
+        json!({"type": "number", "multipleOf": 0.03, "maximum": 1}),
+        json!({"type": "number", "multipleOf": 4.5, "minimum": -100, "maximum": 100}),
+        json!({"type": ["number", "null"], "multipleOf": 0.05}),
+    ];
+    for schema in &schemas {
+        let valid = check(schema, &nums, true);
+        assert!(valid >= 5, "{schema}: {valid} valid");
+    }
+    // Integers with a decimal step: multiples of the step's digits over their common
+    // factor with the power of ten (1.5: of 3; 0.25: every integer).
+    let ints: Vec<Value> = (-200i64..=200).map(|v| json!(v)).collect();
+    for schema in [
+        json!({"type": "integer", "multipleOf": 1.5}),
+        json!({"type": "integer", "multipleOf": 0.25, "maximum": 50}),
+        json!({"type": "integer", "multipleOf": 2.5, "minimum": 0}),
+    ] {
+        let valid = check(&schema, &ints, true);
+        assert!(valid >= 10, "{schema}: {valid} valid");
+    }
+    // A step whose residues pass the automaton bound is refused, naming it.
+    let e = JsonSchema::compile(
+        &json!({"type": "number", "multipleOf": 2.125}),
+        "guided_json",
+    )
+    .unwrap_err();
+    assert!(e.is_limit_exceeded(), "{e}");
+    assert!(
+        e.to_string()
+            .contains("`multipleOf` 2.125 at # needs more than the 262144-byte automaton limit"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -58,8 +58,9 @@
 //!   a divisor of 100 without bounds is decided by the last two digits, and otherwise
 //!   `k = j * 10^m` is a multiple of `j` followed by `m` zeros, the range's automaton
 //!   intersected with a `j`-state automaton of decimal residues (refused past
-//!   [`Limits::automaton_bytes`]: `j` up to ~170 without bounds). A non-integer step whose
-//!   inverse is an integer (`0.5`) allows every integer.
+//!   [`Limits::automaton_bytes`]: `j` up to ~170 without bounds). A decimal step
+//!   `units × 10^-scale` (`1.5`: 15 and 1) takes the integers divisible by `units` over its
+//!   common factor with `10^scale` (3 for `1.5`, every integer for `0.25`).
 //! - `not`, rewritten into the keywords above by negation normal form (see `negate`): the
 //!   other types, the complementary bound or length, objects without a required key or with
 //!   a property's negation, `not` of `anyOf` as each branch's negation; a `pattern` or
@@ -70,8 +71,12 @@
 //! - Numbers: the same bounds when they are integers (`0 <= x <= 1` is exact: `1`, `1.0`,
 //!   `0.25`, never `1.5`); bounded numbers are written without exponents. With an integer
 //!   `multipleOf` every valid number is an integer, and it is emitted as an integer as above
-//!   (never `8.0` or `8e0`; the bounds may then be non-integers). Non-integer bounds otherwise
-//!   and non-integer `multipleOf` are refused.
+//!   (never `8.0` or `8e0`; the bounds may then be non-integers). A decimal `multipleOf`
+//!   (`0.01`, `1.5`) is read as the decimals read it (the `jsonschema` crate compares the
+//!   shortest decimal texts): numbers without exponent whose fraction has at most the
+//!   step's decimals before trailing zeros and at most 15 digits in all, intersected with a
+//!   residue automaton when the step's digits are not 1 (`units × (scale + 2)` states,
+//!   refused past [`Limits::automaton_bytes`]: `1.5` and `13.5` compile, `2.125` does not).
 //! - `anyOf`; `oneOf` when the compiler can prove no emitted value matches two branches
 //!   (different types, different `const`/`enum` values of a required property, a required key
 //!   another branch never emits or forbids); otherwise refused, since treating it as `anyOf`
@@ -1754,26 +1759,24 @@ impl<'a> Compiler<'a> {
         };
         let bounded = lo_i.is_some() || hi_i.is_some();
         if let Some(k) = m.get("multipleOf") {
-            let k = as_f64(k, "multipleOf", &here)?;
-            if k.fract() != 0.0 || k <= 0.0 {
-                if from_number {
-                    return Err(unsupported(
-                        "multipleOf",
-                        &here,
-                        "a non-integer step on numbers",
-                    ));
+            let step = as_f64(k, "multipleOf", &here)?;
+            let k = if step.fract() != 0.0 || step <= 0.0 {
+                // An integer multiple of units × 10^-scale is a multiple of units over its
+                // common factor with 10^scale: of 3 for 1.5, of every integer for 0.25.
+                let (units, scale) = number::decimal_step(step)
+                    .filter(|_| !from_number)
+                    .ok_or_else(|| {
+                        unsupported("multipleOf", &here, "a step that is not an integer")
+                    })?;
+                let ten = 10u128.pow(scale);
+                let (mut a, mut b) = (units, ten);
+                while b != 0 {
+                    (a, b) = (b, a % b);
                 }
-                // An integer multiple of 0.5, 0.25 ...: every integer when 1/k is an integer.
-                let inv = 1.0 / k;
-                if k > 0.0 && inv.fract() == 0.0 {
-                    return Ok(number::integer_range(lo_i, hi_i));
-                }
-                return Err(unsupported(
-                    "multipleOf",
-                    &here,
-                    "a step that is not an integer",
-                ));
-            }
+                (units / a) as f64
+            } else {
+                step
+            };
             if k >= 1e38 {
                 // Past every multiple emitted (below): 0 is the only one.
                 let zero = lo_i.is_none_or(|l| l <= 0) && hi_i.is_none_or(|h| h >= 0);
@@ -1793,7 +1796,7 @@ impl<'a> Compiler<'a> {
                 return number::multiples_in_range(k, Some(lo_c), Some(hi_c), limits).map_err(
                     |r| {
                         Fail::Limit(format!(
-                            "`multipleOf` {k} at {here} needs more than {} ({r})",
+                            "`multipleOf` {step} at {here} needs more than {} ({r})",
                             r.limit_phrase()
                         ))
                     },
@@ -1859,11 +1862,29 @@ impl<'a> Compiler<'a> {
             if kf.fract() == 0.0 && kf > 0.0 {
                 return self.integer(m, true, excluded);
             }
-            return Err(unsupported(
-                "multipleOf",
-                &here,
-                "a non-integer step on numbers (validators divide in floating point)",
-            ));
+            // A decimal step: the numbers within the bounds, intersected with the step's
+            // decimal multiples (no exponent, at most MULTIPLE_DIGITS digits).
+            let (units, scale) = number::decimal_step(kf)
+                .filter(|&(_, scale)| scale < MULTIPLE_DIGITS)
+                .ok_or_else(|| {
+                    unsupported(
+                        "multipleOf",
+                        &here,
+                        &format!("a step of more than {} decimals", MULTIPLE_DIGITS - 1),
+                    )
+                })?;
+            let mut bounds = m.clone();
+            bounds.remove("multipleOf");
+            let within = self.number_in_bounds(&bounds, excluded)?;
+            let limits = &self.limits;
+            return number::decimal_multiples(units, scale, MULTIPLE_DIGITS, limits)
+                .and_then(|steps| Node::intersect(&within, &steps, limits))
+                .map_err(|r| {
+                    Fail::Limit(format!(
+                        "`multipleOf` {kf} at {here} needs more than {} ({r})",
+                        r.limit_phrase()
+                    ))
+                });
         }
         let (lo, hi) = self.bounds(m)?;
         if lo.is_none() && hi.is_none() {

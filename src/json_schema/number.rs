@@ -231,6 +231,124 @@ pub(crate) fn divisible_by(k: u128, limits: &Limits) -> Result<Node, Refusal> {
     .map(|d| d.map_or(Node::Nothing, |d| Node::Automaton(Arc::new(d))))
 }
 
+/// A `multipleOf` that is not an integer as `units × 10^-scale`, from the shortest decimal
+/// text of its f64 (`0.01` is 1 and 2, `1.5` is 15 and 1): the step a validator that reads
+/// numbers as decimals divides by (the `jsonschema` crate, past its f64 fast path, compares
+/// the shortest decimal texts). None for a step of more than 30 decimals or 38 digits.
+pub(crate) fn decimal_step(k: f64) -> Option<(u128, u32)> {
+    if !(k.is_finite() && k > 0.0) {
+        return None;
+    }
+    // Rust prints an f64 as its shortest round-trip decimal, never with an exponent.
+    let text = format!("{k}");
+    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let scale = u32::try_from(frac.len()).ok().filter(|&s| s <= 30)?;
+    let digits = format!("{int}{frac}");
+    let units: u128 = digits.trim_start_matches('0').parse().ok()?;
+    Some((units, scale))
+}
+
+/// Numbers `v` (no exponent) with `v × 10^scale` a multiple of `units`, `scale >= 1`: a
+/// fraction has at most `scale` digits before trailing zeros, and at most `max_digits`
+/// digits come before those zeros in all, so every such number is exact in an f64 and a
+/// validator dividing binary floats agrees (see `MULTIPLE_DIGITS`). One state per residue
+/// of the digits read so far and fraction position (`units × (scale + 2)`), refused past
+/// `limits`.
+pub(crate) fn decimal_multiples(
+    units: u128,
+    scale: u32,
+    max_digits: u32,
+    limits: &Limits,
+) -> Result<Node, Refusal> {
+    debug_assert!(scale >= 1 && scale < max_digits);
+    let shape = Node::concat(vec![
+        Node::opt(Node::lit("-")),
+        Node::alt(vec![
+            Node::lit("0"),
+            Node::concat(vec![
+                digit(1, 9),
+                Node::repeat(digit(0, 9), 0, Some(max_digits - scale - 1)),
+            ]),
+        ]),
+        Node::opt(Node::concat(vec![
+            Node::lit("."),
+            Node::repeat(digit(0, 9), 1, Some(scale)),
+            Node::repeat(Node::lit("0"), 0, None),
+        ])),
+    ]);
+    if units == 1 {
+        return Ok(shape);
+    }
+    const START: usize = 0;
+    const MINUS: usize = 1;
+    const ZERO: usize = 2;
+    const INT: usize = 3;
+    let too_big = Refusal::Table {
+        states: 0,
+        limit: limits.automaton_bytes,
+    };
+    let scale_us = scale as usize;
+    // Each state's row holds at least the ten digits (their residues differ once units
+    // passes 9) at four bytes: past the bound, refused before any work (2.125, 10,628
+    // states, took 16 ms to build and then failed the product with the digit count).
+    let u = usize::try_from(units)
+        .ok()
+        .filter(|&u| u.saturating_mul(scale_us + 2) <= limits.automaton_bytes / 40)
+        .ok_or(too_big)?;
+    // FRAC(j, r): j fraction digits read (0..=scale), residue r.
+    let frac = |j: usize, r: usize| INT + u + j * u + r;
+    // Whether residue r with j of the scale's digits read is a multiple: r × 10^(scale-j).
+    let whole = |r: usize, j: usize| {
+        let mut r = r as u128;
+        for _ in j..scale_us {
+            r = r * 10 % units;
+        }
+        r == 0
+    };
+    let residues = Dfa::from_fn_within(
+        INT + u * (scale_us + 2),
+        START,
+        |s| match s {
+            ZERO => true,
+            START | MINUS => false,
+            s if s < INT + u => whole(s - INT, 0),
+            s => {
+                let (j, r) = ((s - INT - u) / u, (s - INT - u) % u);
+                j >= 1 && whole(r, j)
+            }
+        },
+        |s, b| {
+            let d = b.is_ascii_digit().then(|| usize::from(b - b'0'));
+            let step = |r: usize, d: usize| (r * 10 + d) % u;
+            match (s, b, d) {
+                (START, b'-', _) => Some(MINUS),
+                (START | MINUS, _, Some(0)) => Some(ZERO),
+                (START | MINUS, _, Some(d)) => Some(INT + d % u),
+                (START | MINUS, _, None) => None,
+                (ZERO, b'.', _) => Some(frac(0, 0)),
+                (ZERO, _, _) => None,
+                (s, b'.', _) if s < INT + u => Some(frac(0, s - INT)),
+                (s, _, Some(d)) if s < INT + u => Some(INT + step(s - INT, d)),
+                (s, _, Some(d)) => {
+                    let (j, r) = ((s - INT - u) / u, (s - INT - u) % u);
+                    if j < scale_us {
+                        Some(frac(j + 1, step(r, d)))
+                    } else {
+                        // Past the scale's digits only zeros, which leave the value.
+                        (d == 0).then_some(s)
+                    }
+                }
+                _ => None,
+            }
+        },
+        limits,
+    )?;
+    match residues {
+        None => Ok(Node::Nothing),
+        Some(d) => Node::intersect(&shape, &Node::Automaton(Arc::new(d)), limits),
+    }
+}
+
 /// Any JSON number; the exponent has at most two digits, so every emitted number is finite
 /// in an f64 (up to integer parts of ~200 digits).
 pub(crate) fn any_number() -> Node {
