@@ -686,28 +686,32 @@ fn compile_with(
     }
     g.call_off.push(off);
     build_expansions(&mut g, ast, used, max_bytes)?;
+    // First bytes and the fast table, by byte class: a state's row and its expansions are
+    // per class, so each class's bytes are one set (per byte, this was ~20 % of a
+    // 130-property schema's compile).
+    let mut class_bytes = vec![BitSet256::default(); g.stride];
+    for b in 0..=255u8 {
+        class_bytes[usize::from(g.classes[usize::from(b)])].insert(b);
+    }
+    g.fast = g.trans.clone();
     for s in 0..n {
         let (mut set, mut calls) = (BitSet256::default(), BitSet256::default());
-        for b in 0..=255u8 {
-            let c = g.classes[b as usize] as usize;
-            let has_call = !g.call_expansions(s as u32, b).is_empty();
+        let base = g.exp_base[s];
+        for (c, bytes) in class_bytes.iter().enumerate() {
+            let has_call = base != NONE && {
+                let (a, z) = g.exp_ranges[base as usize * g.stride + c];
+                a != z
+            };
             if has_call {
-                calls.insert(b);
+                calls.union_with(bytes);
+                g.fast[s * g.stride + c] = SLOW;
             }
             if has_call || g.trans[s * g.stride + c] != NONE {
-                set.insert(b);
+                set.union_with(bytes);
             }
         }
         g.first[s] = set;
         g.call_first[s] = calls;
-    }
-    g.fast = g.trans.clone();
-    for s in 0..n {
-        for b in 0..=255u8 {
-            if g.call_first[s].contains(b) {
-                g.fast[s * g.stride + usize::from(g.classes[usize::from(b)])] = SLOW;
-            }
-        }
     }
     // FOLLOW: the bytes that can come right after rule R completes, in any context.
     loop {
