@@ -91,8 +91,14 @@
 //!   labels of 1–20 letters, digits and single inner hyphens; `email` local parts are 1–2
 //!   dot-separated atoms of `[A-Za-z0-9_+-]{1,16}`; `ipv6` is the eight-group form or a
 //!   `::`-compressed one; `uri` is `scheme://host[:port][/path][?query][#fragment]` over
-//!   RFC 3986 unreserved and sub-delimiter characters). Other formats a validator checks
-//!   (`uri-reference`, `duration`, `regex`, ...) are refused; unknown names are annotations.
+//!   RFC 3986 unreserved and sub-delimiter characters), `iri` (the same ASCII URIs),
+//!   `uri-reference` and `iri-reference` (a URI, or a relative path of unreserved characters
+//!   whose first segment has no `:`, with a query and a fragment), `json-pointer` and
+//!   `relative-json-pointer` (tokens of letters, digits, `._-` and `~0`/`~1`), `duration`
+//!   (RFC 3339 appendix A, numbers of 1-4 digits) and `uri-template` (literals and `{op?name,...}`
+//!   expressions without modifiers). Each accepts a subset of the format, never a value a strict
+//!   validator rejects. `idn-email`, `idn-hostname` and `regex` (ECMA-262 nests groups without
+//!   bound: not regular) are refused; unknown names are annotations.
 //! - Free-form values (`true`, `{}`, `additionalProperties: true`, `items` absent): any JSON
 //!   value, nested to any depth (canonical form below). Brackets that nest without bound are
 //!   not regular, so such a schema runs on the grammar engine (one recursive rule).

@@ -782,7 +782,13 @@ pub(crate) fn format_regex(name: &str) -> Option<&'static str> {
         "ipv4" => IPV4,
         "ipv6" => IPV6,
         "hostname" => HOSTNAME,
-        "uri" => URI,
+        // An ASCII URI is an IRI, and its references are IRI references.
+        "uri" | "iri" => URI,
+        "uri-reference" | "iri-reference" => URI_REFERENCE,
+        "json-pointer" => JSON_POINTER,
+        "relative-json-pointer" => RELATIVE_JSON_POINTER,
+        "duration" => DURATION,
+        "uri-template" => URI_TEMPLATE,
         _ => return None,
     })
 }
@@ -797,7 +803,32 @@ const HOSTNAME: &str =
 const EMAIL: &str = "[A-Za-z0-9_+-]{1,16}(?:\\.[A-Za-z0-9_+-]{1,16})?@[A-Za-z0-9]{1,10}(?:-[A-Za-z0-9]{1,9})?(?:\\.[A-Za-z0-9]{1,10}(?:-[A-Za-z0-9]{1,9})?){1,2}";
 const IPV4: &str = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}";
 const IPV6: &str = "(?:(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|(?:[0-9a-fA-F]{1,4}:){1,7}:|(?:[0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|::(?:[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4}){0,6})?)";
-const URI: &str = "[a-zA-Z][a-zA-Z0-9+.-]*://[A-Za-z0-9._~-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*(?:\\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?(?:#[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?";
+/// `uri`'s regex (a macro so that `uri-reference` can be written with it).
+macro_rules! uri {
+    () => {
+        "[a-zA-Z][a-zA-Z0-9+.-]*://[A-Za-z0-9._~-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*(?:\\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?(?:#[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?"
+    };
+}
+const URI: &str = uri!();
+/// A URI, or a relative reference: an optional path whose first segment is not empty and has
+/// no `:` (so it is not read as a scheme, and `//` never starts an authority), then an
+/// optional query and fragment, over unreserved characters and `/?=&`.
+const URI_REFERENCE: &str = concat!(
+    "(?:",
+    uri!(),
+    "|(?:/?[A-Za-z0-9._~-]+(?:/[A-Za-z0-9._~-]*)*)?(?:\\?[A-Za-z0-9._~/?=&-]*)?(?:#[A-Za-z0-9._~/?=&-]*)?)"
+);
+/// Reference tokens of letters, digits and `._-`, or the escapes `~0` and `~1`.
+const JSON_POINTER: &str = "(?:/(?:[A-Za-z0-9._-]|~[01])*)*";
+/// A level of up to 9 digits, then `#` or a JSON pointer.
+const RELATIVE_JSON_POINTER: &str = "(?:0|[1-9][0-9]{0,8})(?:#|(?:/(?:[A-Za-z0-9._-]|~[01])*)*)";
+/// RFC 3339 appendix A: date units in order, then time units in order after `T`, or weeks;
+/// numbers of 1 to 4 digits.
+const DURATION: &str = "P(?:(?:[0-9]{1,4}D|[0-9]{1,4}M(?:[0-9]{1,4}D)?|[0-9]{1,4}Y(?:[0-9]{1,4}M(?:[0-9]{1,4}D)?)?)(?:T(?:[0-9]{1,4}H(?:[0-9]{1,4}M(?:[0-9]{1,4}S)?)?|[0-9]{1,4}M(?:[0-9]{1,4}S)?|[0-9]{1,4}S))?|T(?:[0-9]{1,4}H(?:[0-9]{1,4}M(?:[0-9]{1,4}S)?)?|[0-9]{1,4}M(?:[0-9]{1,4}S)?|[0-9]{1,4}S)|[0-9]{1,4}W)";
+/// RFC 6570 literals of unreserved and reserved characters but `'`, and expressions of an
+/// optional operator and comma-separated variable names of up to 16 characters (no prefix
+/// or explode modifiers).
+const URI_TEMPLATE: &str = "(?:[A-Za-z0-9._~/:?#@!$&()*+,;=-]|\\{[+#./;?&]?[A-Za-z_][A-Za-z0-9_]{0,15}(?:,[A-Za-z_][A-Za-z0-9_]{0,15})*\\})*";
 
 #[cfg(test)]
 mod tests {
