@@ -383,16 +383,4 @@ impl Grammar {
     pub(crate) fn next_in_rule(&self, s: u32, b: u8) -> u32 {
         self.trans[s as usize * self.stride + usize::from(self.classes[usize::from(b)])]
     }
-
-    /// The (top, pushes) expansions of calls from state `s` on byte `b`.
-    #[inline]
-    pub(crate) fn call_expansions(&self, s: u32, b: u8) -> &[(u32, u32, u32)] {
-        let base = self.exp_base[s as usize];
-        if base == NONE {
-            return &[];
-        }
-        let c = usize::from(self.classes[usize::from(b)]);
-        let (a, z) = self.exp_ranges[base as usize * self.stride + c];
-        &self.entries[a as usize..z as usize]
-    }
 }
