@@ -186,6 +186,63 @@ fn formats_accept_only_values_the_validator_accepts() {
 }
 
 #[test]
+fn unique_items_of_finite_values_agree_with_the_validator() {
+    // Every array of up to 4 items over these values, repeats included.
+    let pool = [
+        json!("a"),
+        json!("b"),
+        json!("ab"),
+        json!(1),
+        json!(10),
+        json!(true),
+        json!(false),
+        json!(null),
+    ];
+    let mut candidates = vec![json!([])];
+    let mut layer = vec![Vec::<Value>::new()];
+    for _ in 0..4 {
+        layer = layer
+            .iter()
+            .flat_map(|a| {
+                pool.iter().map(move |v| {
+                    let mut a = a.clone();
+                    a.push(v.clone());
+                    a
+                })
+            })
+            .collect();
+        candidates.extend(layer.iter().map(|a| Value::Array(a.clone())));
+    }
+    let schemas = [
+        json!({"type": "array", "uniqueItems": true, "items": {"enum": ["a", "b", "ab"]}}),
+        json!({"type": "array", "uniqueItems": true, "items": {"type": "boolean"}}),
+        json!({"type": "array", "uniqueItems": true, "items": {"enum": [1, 10, true, null]}, "minItems": 2}),
+        json!({"type": "array", "uniqueItems": true, "items": {"enum": ["a", "b", "ab", 1, 10]}, "minItems": 1, "maxItems": 3}),
+        json!({"type": "array", "uniqueItems": true, "items": {"type": ["boolean", "null"]}}),
+        json!({"type": "array", "uniqueItems": true, "items": {"const": "a"}}),
+    ];
+    for schema in &schemas {
+        let valid = check(schema, &candidates, true);
+        assert!(valid >= 2, "{schema}: {valid} valid");
+    }
+    // More values than the automaton holds, and items that are not a few scalars, are
+    // refused naming the keyword.
+    for (schema, why) in [
+        (
+            json!({"type": "array", "uniqueItems": true, "items": {"enum": ["a", "b", "c", "d", "e", "f", "g", "h", "i"]}}),
+            "`uniqueItems` at # over 9 values needs more than the 262144-byte automaton limit",
+        ),
+        (
+            json!({"type": "array", "uniqueItems": true, "items": {"type": "string"}}),
+            "`uniqueItems` at # is not supported (items must differ from each other)",
+        ),
+    ] {
+        let e = JsonSchema::compile(&schema, "guided_json").unwrap_err();
+        assert!(e.to_string().contains(why), "{schema}: {e}");
+    }
+}
+
+#[test]
 fn integer_multiples_agree_with_the_validator() {
     let ints: Vec<Value> = (-1300i64..=1300)
         .chain([9999, 10000, 10001, 10010, 100000, 99999, 3000, 6000])
