@@ -249,8 +249,8 @@ test("validation errors carry the exact text, status, code and param", async () 
     bad('response_format.type must be "text", "json_object" or "json_schema", got "xml"', "response_format"));
   await rejectsExactly(() => compileConstraint({ vocabulary, request: { response_format: { type: "json_schema", json_schema: { name: "x" } } } }),
     bad("response_format json_schema needs json_schema.schema", "response_format"));
-  await rejectsExactly(() => compileConstraint({ vocabulary, request: { guided_json: { type: "string", format: "duration" } } }),
-    bad("guided_json `{\"format\":\"duration\",\"type\":\"string\"}`: `format` at # is not supported (format `duration` has no regex here); the compiler refuses rather than emit values it may not allow", "guided_json"));
+  await rejectsExactly(() => compileConstraint({ vocabulary, request: { guided_json: { type: "string", format: "regex" } } }),
+    bad("guided_json `{\"format\":\"regex\",\"type\":\"string\"}`: `format` at # is not supported (format `regex` has no regex here); the compiler refuses rather than emit values it may not allow", "guided_json"));
   // A field below the winner in precedence is compiled too: invalid, it is the error.
   await rejectsExactly(() => compileConstraint({ vocabulary, request: { guided_choice: ["a"], guided_regex: "(a|b)*a(a|b){17}" } }), {
     message: "guided_regex `(a|b)*a(a|b){17}` needs more than the 262144-byte automaton limit",
