@@ -211,6 +211,27 @@ fn exponential_work_is_bounded() {
         "1,000 oneOf branches",
         json!({"oneOf": (0..1000).map(|i| json!({"const": i})).collect::<Vec<_>>()}),
     );
+    // Twelve long values: the set-of-used-values automaton has 2^12 x (trie nodes) places,
+    // counted before any table over them is made.
+    schema_case(
+        "uniqueItems over 12 enum strings of 1,100 characters",
+        json!({"type": "array", "uniqueItems": true,
+               "items": {"enum": (0..12).map(|i| format!("{i:x}").repeat(1100)).collect::<Vec<_>>()}}),
+    );
+    // A chain's item whose wide characters sit four references deep behind 1,300-way
+    // fan-outs (16 KiB of text): splitting them out visits 1,300^3 alternatives unless that
+    // walk is bounded.
+    let fan = |to: &str| vec![to; 1300].join(" | ");
+    let grammar = format!(
+        "root ::= a{{8}}\na ::= \"x\" | {}\nb ::= {}\nc ::= {}\nd ::= [a-zé-ÿ]\n",
+        fan("b"),
+        fan("c"),
+        fan("d")
+    );
+    reported(
+        "wide characters behind 1,300-way fan-outs in a counted item",
+        move || compile_body(json!({ "guided_grammar": grammar })),
+    );
     schema_case(
         "uniqueItems over a long enum of arrays",
         json!({"type": "array", "uniqueItems": true, "maxItems": 3,

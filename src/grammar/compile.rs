@@ -1020,6 +1020,11 @@ const WIDE_SPLIT_FROM: u32 = 8;
 /// is one reference deep; deeper or recursive items stay whole).
 const WIDE_SPLIT_DEPTH: u32 = 4;
 
+/// Expression nodes and class ranges [`split_wide`] may visit and copy for one repetition;
+/// past it the item stays whole. A JSON string character takes ~20; three 1,300-way
+/// fan-outs of references in 16 KiB of GBNF would take 1,300^3 unbounded.
+const WIDE_SPLIT_WORK: usize = 256;
+
 /// The grammar [`with_counters`] rewrote, and what it made of each rule.
 struct Rewritten {
     ast: Ast,
@@ -1093,8 +1098,9 @@ fn rewrite_counts(
             if most <= COUNTER_FROM {
                 if most >= WIDE_SPLIT_FROM && !empty_item {
                     let (mut ascii, mut wide) = (Vec::new(), Vec::new());
-                    split_wide(expr, out, 0, &mut ascii, &mut wide);
-                    if !ascii.is_empty() && !wide.is_empty() {
+                    let mut work = WIDE_SPLIT_WORK;
+                    let split = split_wide(expr, out, 0, &mut work, &mut ascii, &mut wide);
+                    if split && !ascii.is_empty() && !wide.is_empty() {
                         let body = match wide.len() {
                             1 => wide.pop().expect("one"),
                             _ => Expr::Alt(wide),
@@ -1165,14 +1171,31 @@ fn add_rule(out: &mut Rewritten, name: String, at: usize, body: Expr) -> usize {
 /// `ascii | wide...`. Alternatives are split where they are one character (a class, `.`, a
 /// one-byte literal) and followed into rule references up to [`WIDE_SPLIT_DEPTH`] (never
 /// into a counter, whose body stands for its count); anything else goes whole into `wide`.
+/// False when that took more than `work` ([`WIDE_SPLIT_WORK`]): the item stays whole.
 fn split_wide(
     e: &Expr,
     out: &Rewritten,
     depth: u32,
+    work: &mut usize,
     ascii: &mut Vec<(u32, u32)>,
     wide: &mut Vec<Expr>,
-) {
-    let mut chars = |ranges: Vec<(char, char)>| {
+) -> bool {
+    // Charges `n` units, false once the budget is spent.
+    fn charge(work: &mut usize, n: usize) -> bool {
+        *work = work.saturating_sub(n);
+        *work > 0
+    }
+    // The nodes of an expression copied whole.
+    fn copied(e: &Expr, work: &mut usize) -> bool {
+        charge(work, 1)
+            && match e {
+                Expr::Seq(v) | Expr::Alt(v) => v.iter().all(|x| copied(x, work)),
+                Expr::Repeat { expr, .. } => copied(expr, work),
+                Expr::Class { ranges, .. } => charge(work, ranges.len()),
+                _ => true,
+            }
+    }
+    let mut chars = |ranges: Vec<(char, char)>, work: &mut usize| {
         let mut rest = Vec::new();
         for (lo, hi) in ranges {
             let (lo, hi) = (u32::from(lo), u32::from(hi));
@@ -1183,31 +1206,43 @@ fn split_wide(
                 rest.push((lo.max(0x80), hi));
             }
         }
+        let ok = charge(work, rest.len());
         if !rest.is_empty() {
             wide.push(Expr::Class {
                 ranges: rest,
                 negated: false,
             });
         }
+        ok
     };
+    if !charge(work, 1) {
+        return false;
+    }
     match e {
         Expr::Literal(b) if b.len() == 1 && b[0] < 0x80 => {
             ascii.push((u32::from(b[0]), u32::from(b[0])));
+            true
         }
-        Expr::Class { ranges, negated } => chars(char_ranges(ranges, *negated)),
-        Expr::Any => chars(char_ranges(&[(0, 0x10FFFF)], false)),
-        Expr::Alt(v) => {
-            for x in v {
-                split_wide(x, out, depth, ascii, wide);
-            }
+        Expr::Class { ranges, negated } => {
+            charge(work, ranges.len()) && chars(char_ranges(ranges, *negated), work)
         }
-        Expr::Seq(v) if v.len() == 1 => split_wide(&v[0], out, depth, ascii, wide),
+        Expr::Any => chars(char_ranges(&[(0, 0x10FFFF)], false), work),
+        Expr::Alt(v) => v
+            .iter()
+            .all(|x| split_wide(x, out, depth, work, ascii, wide)),
+        Expr::Seq(v) if v.len() == 1 => split_wide(&v[0], out, depth, work, ascii, wide),
         Expr::Ref(r)
             if depth < WIDE_SPLIT_DEPTH && out.counted[*r].is_none() && !out.framed[*r] =>
         {
-            split_wide(&out.ast.rules[*r].body, out, depth + 1, ascii, wide);
+            split_wide(&out.ast.rules[*r].body, out, depth + 1, work, ascii, wide)
         }
-        other => wide.push(other.clone()),
+        other => {
+            let ok = copied(other, work);
+            if ok {
+                wide.push(other.clone());
+            }
+            ok
+        }
     }
 }
 

@@ -84,11 +84,38 @@ pub(super) fn unique_lists(
     const DONE: usize = 2;
     let per_set = nodes + 2;
     let full: u32 = (1u32 << k) - 1;
+    // Rows hold a class per byte the texts use (bytes in one place of one text are told
+    // apart by it) and `[`, `]`, `,`, space and the rest. The live states (below) are counted
+    // first, without a table: past a quarter of the bound, refused before any work or
+    // allocation (12 values of 1,100 characters had a 2^12 x 13,200-entry index: 926 MiB).
+    // The list is embedded in the schema's automaton, which must fit too: at the whole
+    // bound 7 values of 3-7 letters built (~10 ms), then failed the schema's DFA and its
+    // grammar (28 ms in all); 9 took 70 ms to fail.
+    let mut used_bytes = [false; 256];
+    for b in texts.iter().flat_map(|t| t.bytes()) {
+        used_bytes[usize::from(b)] = true;
+    }
+    let classes = used_bytes.iter().filter(|&&u| u).count() + 5;
+    // A trie node is live under the used sets that leave a text below it unused.
+    let sets = 1usize << k;
+    let live = 3
+        + 2 * sets
+        + below[1..]
+            .iter()
+            .map(|b| sets - (sets >> b.count_ones()))
+            .sum::<usize>();
+    if live.saturating_mul(classes * 4) > limits.automaton_bytes / 4 {
+        return Err(Refusal::Table {
+            states: 0,
+            limit: limits.automaton_bytes,
+        });
+    }
     // The live states, numbered from 3: per used set, after `,`, after its space, and each
     // trie node (not the root) with an unused text below it. Index `used * per_set + place`,
-    // place 0 and 1 for the separator, 2 + node for the trie.
-    let mut id = vec![usize::MAX; (1usize << k) * per_set];
-    let mut of: Vec<(u32, usize)> = Vec::new();
+    // place 0 and 1 for the separator, 2 + node for the trie; a node has a text below it, so
+    // at least half its places are live and the index is within twice the count above.
+    let mut id = vec![usize::MAX; sets * per_set];
+    let mut of: Vec<(u32, usize)> = Vec::with_capacity(live - 3);
     for used in 0..=full {
         for place in (0..per_set).filter(|&p| p != 2) {
             if place < 2 || below[place - 2] & !used != 0 {
@@ -97,23 +124,8 @@ pub(super) fn unique_lists(
             }
         }
     }
-    // Rows hold a class per byte the texts use (bytes in one place of one text are told
-    // apart by it) and `[`, `]`, `,`, space and the rest: past a quarter of the bound,
-    // refused before any work. The list is embedded in the schema's automaton, which must
-    // fit too: at the whole bound 7 values of 3-7 letters built (~10 ms), then failed the
-    // schema's DFA and its grammar (28 ms in all); 9 took 70 ms to fail.
-    let mut used_bytes = [false; 256];
-    for b in texts.iter().flat_map(|t| t.bytes()) {
-        used_bytes[usize::from(b)] = true;
-    }
-    let classes = used_bytes.iter().filter(|&&u| u).count() + 5;
     let states = 3 + of.len();
-    if states.saturating_mul(classes * 4) > limits.automaton_bytes / 4 {
-        return Err(Refusal::Table {
-            states: 0,
-            limit: limits.automaton_bytes,
-        });
-    }
+    debug_assert_eq!(states, live);
     let at = |used: u32, place: usize| id[used as usize * per_set + place];
     let enter = |used: u32, node: usize, b: u8| {
         kids[node]
