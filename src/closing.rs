@@ -171,10 +171,9 @@ impl GrammarClosing {
         let mut waiting: Vec<Vec<u32>> = vec![Vec::new(); n];
         let mut caller_of_edge = vec![0u32; g.call_edges.len()];
         for (s, &far) in far_items.iter().enumerate() {
-            let row = &g.trans[s * stride..(s + 1) * stride];
-            for (&t, &rep) in row.iter().zip(&reps) {
-                if t != NONE {
-                    byte_preds[t as usize].push((s as u32, rep));
+            for x in g.moves.row(s) {
+                for c in x.lo..=x.hi {
+                    byte_preds[x.target as usize].push((s as u32, reps[usize::from(c)]));
                 }
             }
             let (a, z) = (g.call_off[s] as usize, g.call_off[s + 1] as usize);

@@ -346,6 +346,37 @@ fn expansions_are_bounded_before_they_are_built() {
     });
 }
 
+/// Moves are kept by class span, but minimization and the closing table read them class by
+/// class: a grammar of many states, each moving on most of 256 byte classes, is refused on
+/// that count before either runs.
+#[test]
+fn moves_by_byte_class_are_bounded() {
+    // Every ASCII byte its own class, then 24 rules of 128 positions that each take any of
+    // them: ~3,100 states of 127 classes.
+    let bytes: Vec<String> = (1..=127u8).map(|b| format!("\"\\x{b:02X}\"")).collect();
+    let rules: Vec<String> = (0..24).map(|i| format!("x{i}")).collect();
+    let g = format!(
+        "root ::= b | {}\nb ::= {}\n{}",
+        rules.join(" | "),
+        bytes.join(" | "),
+        rules
+            .iter()
+            .map(|r| format!("{r} ::= [\\x01-\\x7F]{{128}}\n"))
+            .collect::<String>()
+    );
+    assert!(
+        g.len() <= poot::limits::MAX_GRAMMAR_BYTES,
+        "{} bytes",
+        g.len()
+    );
+    let o = reported("3,072 positions of 127 byte classes", move || {
+        compile_body(json!({ "guided_grammar": g }))
+    });
+    let (status, _, message) = o.result.expect_err("over the bound");
+    assert_eq!(status, 400, "{message}");
+    assert!(message.contains("by byte class"), "{message}");
+}
+
 #[test]
 fn slicing_inside_a_character_is_an_error_not_a_panic() {
     for r in [

@@ -16,7 +16,8 @@
 //!    ([`Grammar::expansions`]), so stepping a frame by a byte never searches the grammar.
 
 use super::parse::{Ast, Expr};
-use super::{BitSet256, Counter, Grammar, GrammarError, COUNTER_HORIZON, NONE, SLOW};
+use super::table::{Packed, Rows, Span};
+use super::{BitSet256, Counter, Grammar, GrammarError, COUNTER_HORIZON, NONE};
 use crate::limits::Limits;
 use regex_syntax::utf8::Utf8Sequences;
 use rustc_hash::FxHashMap as HashMap;
@@ -331,7 +332,6 @@ fn compile_with(
         nstart.push(s);
         nend.push(e);
     }
-    let too_big = |rule: &str| too_big(rule, max_bytes);
 
     // Byte classes: bytes that no edge distinguishes share a class.
     let mut boundary = [false; 257];
@@ -371,13 +371,23 @@ fn compile_with(
         }
     }
 
-    // Subset construction, rule by rule, into one global numbering.
-    let mut trans: Vec<u32> = Vec::new();
+    // Subset construction, rule by rule, into one global numbering. Each state's moves are
+    // kept as class spans: a dense row per state was most of a large grammar's memory and,
+    // read by every later pass, ~40 % of its compile (page faults included).
+    let mut moves: Rows<u32> = Rows::new();
     let mut accepting: Vec<bool> = Vec::new();
     let mut rule_of: Vec<u32> = Vec::new();
     let mut calls: Vec<Vec<(u32, u32)>> = Vec::new();
     let mut start = Vec::with_capacity(n_rules);
-    let mut used = nfa.bytes_used;
+    // Bytes held while building: the NFA, the construction tables kept to the end (`held`:
+    // spans, calls, per-state fields) and the current rule's NFA sets (each a map key, and
+    // queued until its state is made), which go with the rule.
+    let mut held = 0usize;
+    // What the construction holds (the NFA, each DFA state's NFA set, spans, calls,
+    // expansions) may take twice the automaton bound; what is kept (packed, checked at the
+    // end) must fit the bound itself. Held to the bound, a `minLength: 10000` pattern's
+    // 10,345 states (0.47 MB of NFA, 0.58 MB of tables, packed to 0.5 MB) were refused.
+    let build_bytes = max_bytes.saturating_mul(2);
     let mut counters = Vec::new();
     // Determinization work: NFA edges scanned, and states visited by the closures and the
     // nullable fixpoint (`seen.visits`).
@@ -393,6 +403,12 @@ fn compile_with(
         }
         Ok(())
     };
+    let too_big_to_build = |rule: &str| {
+        GrammarError::limit_no_pos(format!(
+            "needs more than the {max_bytes}-byte automaton limit (while compiling rule \
+             `{rule}`, its tables under construction passed {build_bytes} bytes)"
+        ))
+    };
     // Per byte class, the NFA states the current DFA state's edges enter on it.
     let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); stride];
     for r in 0..n_rules {
@@ -400,31 +416,32 @@ fn compile_with(
         if let Some(c) = &counted[r] {
             let (counter, succ) = counter_phases(c, base);
             for (s, &next) in (base..).zip(&succ) {
-                trans.extend(std::iter::repeat_n(NONE, stride));
+                moves.end_row();
                 accepting.push(counter.accepts(s));
                 rule_of.push(r as u32);
                 calls.push(match next {
                     NONE => Vec::new(),
                     t => vec![(c.item as u32, t)],
                 });
-                used += stride * 4 + 24;
+                held += 48;
             }
             start.push(counter.phase(0));
             counters.push(counter);
-            if used > max_bytes {
-                return Err(too_big(&ast.rules[r].name));
+            if nfa.bytes_used + held > build_bytes {
+                return Err(too_big_to_build(&ast.rules[r].name));
             }
             continue;
         }
         let mut ids: HashMap<Vec<u32>, u32> = HashMap::default();
         let mut sets: Vec<Vec<u32>> = Vec::new();
+        let mut rule_sets = 0usize;
         let first = closure(&nfa, vec![nstart[r]], &nullable, &mut seen);
         ids.insert(first.clone(), base);
         sets.push(first);
         start.push(base);
         let mut i = 0;
         while i < sets.len() {
-            let set = sets[i].clone();
+            let set = std::mem::take(&mut sets[i]);
             let id =
                 |s: Vec<u32>, ids: &mut HashMap<Vec<u32>, u32>, sets: &mut Vec<Vec<u32>>| -> u32 {
                     let n = base + sets.len() as u32;
@@ -439,35 +456,40 @@ fn compile_with(
             // covers (an edge's range starts and ends on class boundaries, which are made from
             // the edges). Scanning every edge once per class instead was ~60 % of a schema
             // grammar's compile (o21149: 36 ms over ~60 classes).
-            for bucket in &mut buckets {
-                bucket.clear();
-            }
+            let (mut lo_class, mut hi_class) = (stride, 0);
             for &q in &set {
                 let edges = &nfa.states[q as usize].bytes;
                 scanned += 1 + edges.len() as u64;
                 for &(lo, hi, t) in edges {
                     let (lo, hi) = (classes[lo as usize], classes[hi as usize]);
                     scanned += u64::from(hi - lo) + 1;
+                    lo_class = lo_class.min(usize::from(lo));
+                    hi_class = hi_class.max(usize::from(hi));
                     for c in lo..=hi {
                         buckets[c as usize].push(t);
                     }
                 }
             }
             out_of_work(scanned, &seen, &ast.rules[r].name)?;
-            for c in 0..stride {
+            let mut last = NONE;
+            for c in lo_class..=hi_class.min(stride - 1) {
                 if buckets[c].is_empty() {
-                    trans.push(NONE);
-                } else if c > 0 && buckets[c] == buckets[c - 1] {
-                    // Neighbouring classes that one wide range covers (a string's character
-                    // class spans dozens) reach the same set: one closure for all.
-                    let same = *trans.last().expect("the previous class's entry");
-                    trans.push(same);
-                } else {
+                    last = NONE;
+                    continue;
+                }
+                // Neighbouring classes that one wide range covers (a string's character class
+                // spans dozens) reach the same set: one closure for all.
+                if last == NONE || buckets[c] != buckets[c - 1] {
                     let t = closure(&nfa, buckets[c].clone(), &nullable, &mut seen);
-                    trans.push(id(t, &mut ids, &mut sets));
+                    last = id(t, &mut ids, &mut sets);
                     out_of_work(scanned, &seen, &ast.rules[r].name)?;
                 }
+                moves.push(c as u8, c as u8, last);
             }
+            for bucket in buckets.iter_mut().take(hi_class + 1).skip(lo_class) {
+                bucket.clear();
+            }
+            moves.end_row();
             let mut by_rule: Vec<(u32, u32)> = set
                 .iter()
                 .flat_map(|&q| nfa.states[q as usize].calls.iter().copied())
@@ -486,10 +508,12 @@ fn compile_with(
                 out.push((callee, id(t, &mut ids, &mut sets)));
             }
             out_of_work(scanned, &seen, &ast.rules[r].name)?;
-            used += stride * 4 + out.len() * 8 + set.len() * 4 + 16;
+            let spans = moves.row(accepting.len() - 1).len();
+            held += spans * 8 + out.len() * 8 + 48;
+            rule_sets += set.len() * 8 + 48;
             calls.push(out);
-            if used > max_bytes {
-                return Err(too_big(&ast.rules[r].name));
+            if nfa.bytes_used + held + rule_sets > build_bytes {
+                return Err(too_big_to_build(&ast.rules[r].name));
             }
             i += 1;
         }
@@ -502,8 +526,11 @@ fn compile_with(
         if nullable[r] {
             let s = start[r] as usize;
             let copy = accepting.len() as u32;
-            let row: Vec<u32> = trans[s * stride..(s + 1) * stride].to_vec();
-            trans.extend_from_slice(&row);
+            for i in moves.off[s]..moves.off[s + 1] {
+                let x = moves.spans[i as usize];
+                moves.push(x.lo, x.hi, x.target);
+            }
+            moves.end_row();
             accepting.push(false);
             rule_of.push(r as u32);
             calls.push(calls[s].clone());
@@ -518,10 +545,11 @@ fn compile_with(
     let mut rev_start = vec![0u32; n + 1];
     let mut last = vec![NONE; n];
     for s in 0..n {
-        for &t in &trans[s * stride..(s + 1) * stride] {
-            if t != NONE && last[t as usize] != s as u32 {
-                last[t as usize] = s as u32;
-                rev_start[t as usize + 1] += 1;
+        for x in moves.row(s) {
+            let t = x.target as usize;
+            if last[t] != s as u32 {
+                last[t] = s as u32;
+                rev_start[t + 1] += 1;
             }
         }
     }
@@ -532,11 +560,12 @@ fn compile_with(
     let mut fill = rev_start.clone();
     last.fill(NONE);
     for s in 0..n {
-        for &t in &trans[s * stride..(s + 1) * stride] {
-            if t != NONE && last[t as usize] != s as u32 {
-                last[t as usize] = s as u32;
-                rev[fill[t as usize] as usize] = s as u32;
-                fill[t as usize] += 1;
+        for x in moves.row(s) {
+            let t = x.target as usize;
+            if last[t] != s as u32 {
+                last[t] = s as u32;
+                rev[fill[t] as usize] = s as u32;
+                fill[t] += 1;
             }
         }
     }
@@ -595,20 +624,37 @@ fn compile_with(
                 .into(),
         ));
     }
-    for s in 0..n {
-        for t in &mut trans[s * stride..(s + 1) * stride] {
-            if *t != NONE && !live[*t as usize] {
-                *t = NONE;
+    let mut live_moves: Rows<u32> = Rows::new();
+    for (s, calls) in calls.iter_mut().enumerate() {
+        for x in moves.row(s) {
+            if live[x.target as usize] {
+                live_moves.push(x.lo, x.hi, x.target);
             }
         }
-        calls[s].retain(|&(callee, ret)| productive[callee as usize] && live[ret as usize]);
+        live_moves.end_row();
+        calls.retain(|&(callee, ret)| productive[callee as usize] && live[ret as usize]);
+    }
+    let moves = live_moves;
+    // Minimization and the closing table read moves class by class: bounded as the dense table
+    // was (4 bytes a class), which no corpus grammar comes near (at most 128k moves, of 262k
+    // under the 1 MiB bound) while a hostile one could make ~18k states of 256 classes each.
+    let class_moves = moves
+        .spans
+        .iter()
+        .map(|x| usize::from(x.hi - x.lo) + 1)
+        .sum::<usize>();
+    if class_moves.saturating_mul(4) > max_bytes {
+        return Err(GrammarError::limit_no_pos(format!(
+            "needs more than the {max_bytes}-byte automaton limit ({class_moves} moves by \
+             byte class, 4 bytes each)"
+        )));
     }
 
     // Merge equivalent states (subset construction leaves duplicates: a loop's state after
     // its first iteration and after the next ones), so each position's masks are computed
     // once.
     let class = minimize(
-        &trans,
+        &moves,
         &accepting,
         &rule_of,
         &calls,
@@ -623,14 +669,13 @@ fn compile_with(
         }
     }
     let remap = |t: u32| if t == NONE { NONE } else { class[t as usize] };
-    let mut m_trans = Vec::with_capacity(n_classes * stride);
+    let mut m_moves = Rows::new();
     let (mut m_acc, mut m_rule, mut m_calls) = (Vec::new(), Vec::new(), Vec::new());
     for &s in &rep {
-        m_trans.extend(
-            trans[s * stride..(s + 1) * stride]
-                .iter()
-                .map(|&t| remap(t)),
-        );
+        for x in moves.row(s) {
+            m_moves.push(x.lo, x.hi, remap(x.target));
+        }
+        m_moves.end_row();
         m_acc.push(accepting[s]);
         m_rule.push(rule_of[s]);
         m_calls.push(
@@ -640,7 +685,7 @@ fn compile_with(
                 .collect::<Vec<_>>(),
         );
     }
-    let (trans, accepting, rule_of, calls) = (m_trans, m_acc, m_rule, m_calls);
+    let (moves, accepting, rule_of, calls) = (m_moves, m_acc, m_rule, m_calls);
     let call_start: Vec<u32> = call_start.iter().map(|&s| remap(s)).collect();
     let entry = remap(entry);
     let n = accepting.len();
@@ -655,63 +700,109 @@ fn compile_with(
     // Left recursion: a rule that can call itself before consuming a byte.
     check_left_recursion(ast, &call_start, &calls)?;
 
+    let mut call_off = Vec::with_capacity(n + 1);
+    let mut call_edges = Vec::new();
+    for c in &calls {
+        call_off.push(call_edges.len() as u32);
+        call_edges.extend_from_slice(c);
+    }
+    call_off.push(call_edges.len() as u32);
+    drop(calls);
+    let Expansions {
+        rows: expansions,
+        entries,
+        pushes,
+    } = build_expansions(
+        &moves,
+        // Accepting, with no move, no call and no count ([`build_expansions`]'s `add`).
+        (0..n)
+            .map(|s| {
+                accepting[s]
+                    && counter_of[s] == NONE
+                    && moves.row(s).is_empty()
+                    && call_off[s] == call_off[s + 1]
+            })
+            .collect(),
+        &call_off,
+        &call_edges,
+        &call_start,
+        held,
+        build_bytes,
+    )
+    .map_err(|s| too_big_to_build(&ast.rules[rule_of[s] as usize].name))?;
+
+    // First bytes, by class span: a class is a run of bytes, so a span is one byte range.
+    let mut class_start = [256u16; 257];
+    for b in (0..256).rev() {
+        class_start[usize::from(classes[b])] = b as u16;
+    }
+    class_start[stride] = 256;
+    let bytes_of = |x: (u8, u8), set: &mut BitSet256| {
+        set.insert_range(
+            class_start[usize::from(x.0)],
+            class_start[usize::from(x.1) + 1],
+        );
+    };
+    let mut byte_sets: Vec<BitSet256> = Vec::new();
+    let mut set_ids: HashMap<BitSet256, u32> = HashMap::default();
+    let mut intern = |set: BitSet256| -> u32 {
+        let next = byte_sets.len() as u32;
+        *set_ids.entry(set).or_insert_with(|| {
+            byte_sets.push(set);
+            next
+        })
+    };
+    let (mut first_of, mut call_first_of) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for s in 0..n {
+        let (mut set, mut calls) = (BitSet256::default(), BitSet256::default());
+        for x in expansions.row(s) {
+            bytes_of((x.lo, x.hi), &mut calls);
+        }
+        set.union_with(&calls);
+        for x in moves.row(s) {
+            bytes_of((x.lo, x.hi), &mut set);
+        }
+        first_of.push(intern(set));
+        call_first_of.push(intern(calls));
+    }
+    let packed_too_big = || {
+        GrammarError::limit_no_pos(format!(
+            "needs more than the {max_bytes}-byte automaton limit (its transition tables \
+             alone would pass it)"
+        ))
+    };
+    let trans = Packed::pack(&moves, stride, NONE, max_bytes / 8).ok_or_else(packed_too_big)?;
+    let packed_expansions =
+        Packed::pack(&expansions, stride, (0, 0), max_bytes / 12).ok_or_else(packed_too_big)?;
     let mut g = Grammar {
         step_work: limits.grammar_step_work,
         names: ast.rules.iter().map(|r| r.name.clone()).collect(),
         classes,
         stride,
-        fast: Vec::new(),
+        moves,
         trans,
         accepting,
         rule_of,
-        call_off: Vec::new(),
-        call_edges: Vec::new(),
-        exp_base: vec![NONE; n],
-        exp_ranges: Vec::new(),
-        entries: Vec::new(),
-        pushes: Vec::new(),
-        first: vec![BitSet256::default(); n],
-        call_first: vec![BitSet256::default(); n],
+        call_off,
+        call_edges,
+        expansions: packed_expansions,
+        entries,
+        pushes,
+        byte_sets,
+        first_of,
+        call_first_of,
         follow: vec![BitSet256::default(); n_rules],
         call_start,
         entry,
         counters,
         counter_of,
     };
-    let mut off = 0u32;
-    for c in &calls {
-        g.call_off.push(off);
-        g.call_edges.extend_from_slice(c);
-        off += c.len() as u32;
-    }
-    g.call_off.push(off);
-    build_expansions(&mut g, ast, used, max_bytes)?;
-    // First bytes and the fast table, by byte class: a state's row and its expansions are
-    // per class, so each class's bytes are one set (per byte, this was ~20 % of a
-    // 130-property schema's compile).
-    let mut class_bytes = vec![BitSet256::default(); g.stride];
-    for b in 0..=255u8 {
-        class_bytes[usize::from(g.classes[usize::from(b)])].insert(b);
-    }
-    g.fast = g.trans.clone();
-    for s in 0..n {
-        let (mut set, mut calls) = (BitSet256::default(), BitSet256::default());
-        let base = g.exp_base[s];
-        for (c, bytes) in class_bytes.iter().enumerate() {
-            let has_call = base != NONE && {
-                let (a, z) = g.exp_ranges[base as usize * g.stride + c];
-                a != z
-            };
-            if has_call {
-                calls.union_with(bytes);
-                g.fast[s * g.stride + c] = SLOW;
-            }
-            if has_call || g.trans[s * g.stride + c] != NONE {
-                set.union_with(bytes);
-            }
-        }
-        g.first[s] = set;
-        g.call_first[s] = calls;
+    let bytes = g.memory_usage();
+    if bytes > max_bytes {
+        return Err(GrammarError::limit_no_pos(format!(
+            "needs more than the {max_bytes}-byte automaton limit (its tables take {bytes} \
+             bytes)"
+        )));
     }
     // FOLLOW: the bytes that can come right after rule R completes, in any context.
     loop {
@@ -720,7 +811,7 @@ fn compile_with(
             let (a, b) = (g.call_off[x] as usize, g.call_off[x + 1] as usize);
             for k in a..b {
                 let (callee, ret) = g.call_edges[k];
-                let mut add = g.first[ret as usize];
+                let mut add = *g.first(ret);
                 if g.accepting[ret as usize] {
                     add.union_with(&g.follow[g.rule_of[x] as usize]);
                 }
@@ -775,7 +866,7 @@ impl Seen {
 /// row re-keyed until nothing splits) took one round per state of the longest chain: ~6 ms of
 /// a 16 ms schema grammar (o21149, 1,154 states over 97 classes).
 fn minimize(
-    trans: &[u32],
+    moves: &Rows<u32>,
     accepting: &[bool],
     rule_of: &[u32],
     calls: &[Vec<(u32, u32)>],
@@ -787,7 +878,11 @@ fn minimize(
     // Reading the table is the first work; past the budget the determinized automaton is kept
     // as it is: every state its own class, the same language with more states (already within
     // the automaton bound).
-    let mut work = n.saturating_mul(stride);
+    let mut work = moves
+        .spans
+        .iter()
+        .map(|x| usize::from(x.hi - x.lo) + 1)
+        .fold(n, usize::saturating_add);
     if work > max_work {
         return unminimized();
     }
@@ -806,15 +901,15 @@ fn minimize(
     let block_count = ids.len();
     // Transitions and calls alike: a call of rule `r` is a transition on label `stride + r`.
     let (mut tail, mut label, mut head) = (Vec::new(), Vec::new(), Vec::new());
-    for s in 0..n {
-        for (c, &t) in trans[s * stride..(s + 1) * stride].iter().enumerate() {
-            if t != NONE {
+    for (s, calls) in calls.iter().enumerate() {
+        for x in moves.row(s) {
+            for c in x.lo..=x.hi {
                 tail.push(s as u32);
-                label.push(c as u32);
-                head.push(t);
+                label.push(u32::from(c));
+                head.push(x.target);
             }
         }
-        for &(callee, ret) in &calls[s] {
+        for &(callee, ret) in calls {
             tail.push(s as u32);
             label.push(stride as u32 + callee);
             head.push(ret);
@@ -1508,97 +1603,223 @@ fn check_left_recursion(
     Ok(())
 }
 
-/// Fills `exp_base`, `exp_ranges`, `entries` and `pushes`: for every state with calls and every
-/// byte class, the (pushed return states, new top state) pairs that byte leads to through
-/// calls. Calls before the first byte form a DAG (no left recursion), so a depth-first pass
-/// over the call starts terminates, each callee's rows written before its callers read them.
-/// Rows go straight into the final tables: a vector per expansion, cloned into every caller,
-/// was ~15 % of a schema grammar's compile (o9944, 2.4 ms).
+/// What [`build_expansions`] makes: per state and class span, a range of `entries` = (top
+/// state, pushes start, pushes length) into `pushes`.
+struct Expansions {
+    rows: Rows<(u32, u32)>,
+    entries: Vec<(u32, u32, u32)>,
+    pushes: Vec<u32>,
+}
+
+/// For every state with calls and every byte class, the (pushed return states, new top state)
+/// pairs that byte leads to through calls, by class span: classes on which every callee
+/// moves alike share one list (a string's character range is one list, not dozens). Calls
+/// before the first byte form a DAG (no left recursion), so a depth-first pass over the call
+/// starts terminates, each callee's spans made before its callers read them. Past
+/// `max_bytes` (counted from `used`), the state being expanded is the error.
 fn build_expansions(
-    g: &mut Grammar,
-    ast: &Ast,
-    mut used: usize,
+    moves: &Rows<u32>,
+    transparent: Vec<bool>,
+    call_off: &[u32],
+    call_edges: &[(u32, u32)],
+    call_start: &[u32],
+    used: usize,
     max_bytes: usize,
-) -> Result<(), GrammarError> {
-    /// Adds `(top, [ret] ++ pushes[inner])` to the row that starts at entry `from`, unless it
-    /// is there already (two callees may return to the same state).
-    fn add(
-        g: &mut Grammar,
-        from: usize,
-        ret: u32,
-        inner: (u32, u32),
-        top: u32,
-        used: &mut usize,
+) -> Result<Expansions, usize> {
+    struct Builder<'a> {
+        moves: &'a Rows<u32>,
+        call_off: &'a [u32],
+        call_edges: &'a [(u32, u32)],
+        call_start: &'a [u32],
+        /// Per state: accepting, with no move, no call and no count ([`Builder::add`]).
+        transparent: Vec<bool>,
+        /// Per state, its spans in `spans` once made, else `(NONE, NONE)`.
+        at: Vec<(u32, u32)>,
+        spans: Vec<Span<(u32, u32)>>,
+        entries: Vec<(u32, u32, u32)>,
+        pushes: Vec<u32>,
+        used: usize,
         max_bytes: usize,
-    ) -> Result<(), ()> {
-        let (p, len) = (inner.0 as usize, inner.1 as usize);
-        let duplicate = g.entries[from..].iter().any(|&(t, q, l)| {
-            let q = q as usize;
-            t == top
-                && l as usize == len + 1
-                && g.pushes[q] == ret
-                && g.pushes[q + 1..q + 1 + len] == g.pushes[p..p + len]
-        });
-        if duplicate {
-            return Ok(());
-        }
-        *used += 12 + (len + 1) * 4;
-        if *used > max_bytes {
-            return Err(());
-        }
-        let at = g.pushes.len() as u32;
-        g.pushes.push(ret);
-        g.pushes.extend_from_within(p..p + len);
-        g.entries.push((top, at, len as u32 + 1));
-        Ok(())
     }
-    fn expand(g: &mut Grammar, s: usize, used: &mut usize, max_bytes: usize) -> Result<(), ()> {
-        if g.exp_base[s] != NONE {
-            return Ok(());
-        }
-        let (a, b) = (g.call_off[s] as usize, g.call_off[s + 1] as usize);
-        for k in a..b {
-            let cs = g.call_start[g.call_edges[k].0 as usize] as usize;
-            if g.call_off[cs] < g.call_off[cs + 1] {
-                expand(g, cs, used, max_bytes)?;
+    /// The value of the span of `row` that covers class `c`.
+    fn covering<T: Copy>(row: &[Span<T>], c: u16) -> Option<T> {
+        let i = row.partition_point(|x| u16::from(x.hi) < c);
+        row.get(i)
+            .filter(|x| u16::from(x.lo) <= c)
+            .map(|x| x.target)
+    }
+    impl Builder<'_> {
+        fn spans_of(&self, s: usize) -> &[Span<(u32, u32)>] {
+            match self.at[s] {
+                (NONE, _) => &[],
+                (a, z) => &self.spans[a as usize..z as usize],
             }
         }
-        let base = (g.exp_ranges.len() / g.stride) as u32;
-        for c in 0..g.stride {
-            let from = g.entries.len();
+
+        /// Adds `(top, [ret] ++ pushes[inner])` to the list that starts at entry `from`,
+        /// unless it is there already (two callees may return to the same state).
+        ///
+        /// The callee's own return state (the first of `inner`) is left out when it is
+        /// transparent: accepting, with no move, no call and no count, its frame would only
+        /// pop to the one below. A chain of optional properties (`tail_k ::= ("," item_k)?
+        /// tail_{k-1}`) otherwise pushed one such frame per property skipped: pushes
+        /// quadratic in the properties, 6.8 MB of a 150-property schema's 7.9 MB.
+        fn add(&mut self, from: usize, ret: u32, inner: (u32, u32), top: u32) -> Result<(), ()> {
+            let (mut p, mut len) = (inner.0 as usize, inner.1 as usize);
+            if len > 0 && self.transparent[self.pushes[p] as usize] {
+                (p, len) = (p + 1, len - 1);
+            }
+            let pushes = &self.pushes;
+            let duplicate = self.entries[from..].iter().any(|&(t, q, l)| {
+                let q = q as usize;
+                t == top
+                    && l as usize == len + 1
+                    && pushes[q] == ret
+                    && pushes[q + 1..q + 1 + len] == pushes[p..p + len]
+            });
+            if duplicate {
+                return Ok(());
+            }
+            self.used += 12 + (len + 1) * 4;
+            if self.used > self.max_bytes {
+                return Err(());
+            }
+            let at = self.pushes.len() as u32;
+            self.pushes.push(ret);
+            self.pushes.extend_from_within(p..p + len);
+            self.entries.push((top, at, len as u32 + 1));
+            Ok(())
+        }
+
+        /// Whether entries `a..b` and `c..d` are the same list.
+        fn same(&self, (a, b): (u32, u32), (c, d): (u32, u32)) -> bool {
+            b - a == d - c
+                && (0..b - a).all(|i| {
+                    let (t1, p1, l1) = self.entries[(a + i) as usize];
+                    let (t2, p2, l2) = self.entries[(c + i) as usize];
+                    t1 == t2
+                        && l1 == l2
+                        && self.pushes[p1 as usize..(p1 + l1) as usize]
+                            == self.pushes[p2 as usize..(p2 + l2) as usize]
+                })
+        }
+
+        fn expand(&mut self, s: usize) -> Result<(), usize> {
+            if self.at[s].0 != NONE {
+                return Ok(());
+            }
+            let (a, b) = (self.call_off[s] as usize, self.call_off[s + 1] as usize);
+            let mut points: Vec<u16> = Vec::new();
             for k in a..b {
-                let (callee, ret) = g.call_edges[k];
-                let cs = g.call_start[callee as usize] as usize;
-                let direct = g.trans[cs * g.stride + c];
-                if direct != NONE {
-                    add(g, from, ret, (0, 0), direct, used, max_bytes)?;
+                let cs = self.call_start[self.call_edges[k].0 as usize] as usize;
+                if self.call_off[cs] < self.call_off[cs + 1] {
+                    self.expand(cs)?;
                 }
-                let inner = g.exp_base[cs];
-                if inner != NONE {
-                    let (ia, iz) = g.exp_ranges[inner as usize * g.stride + c];
-                    for i in ia..iz {
-                        let (top, p, len) = g.entries[i as usize];
-                        add(g, from, ret, (p, len), top, used, max_bytes)?;
+                for x in self.moves.row(cs) {
+                    points.extend([u16::from(x.lo), u16::from(x.hi) + 1]);
+                }
+                for x in self.spans_of(cs) {
+                    points.extend([u16::from(x.lo), u16::from(x.hi) + 1]);
+                }
+            }
+            points.sort_unstable();
+            points.dedup();
+            let mut mine: Vec<Span<(u32, u32)>> = Vec::new();
+            for w in points.windows(2) {
+                let (p, q) = (w[0], w[1]);
+                let (from, pushes_from) = (self.entries.len(), self.pushes.len());
+                for k in a..b {
+                    let (callee, ret) = self.call_edges[k];
+                    let cs = self.call_start[callee as usize] as usize;
+                    if let Some(direct) = covering(self.moves.row(cs), p) {
+                        self.add(from, ret, (0, 0), direct).map_err(|()| s)?;
+                    }
+                    if let Some((ia, iz)) = covering(self.spans_of(cs), p) {
+                        for i in ia..iz {
+                            let (top, pp, len) = self.entries[i as usize];
+                            self.add(from, ret, (pp, len), top).map_err(|()| s)?;
+                        }
+                    }
+                }
+                let range = (from as u32, self.entries.len() as u32);
+                if range.0 == range.1 {
+                    continue;
+                }
+                match mine.last_mut() {
+                    Some(prev) if u16::from(prev.hi) + 1 == p && self.same(prev.target, range) => {
+                        prev.hi = (q - 1) as u8;
+                        self.entries.truncate(from);
+                        self.pushes.truncate(pushes_from);
+                    }
+                    _ => {
+                        self.used += 12;
+                        mine.push(Span {
+                            lo: p as u8,
+                            hi: (q - 1) as u8,
+                            target: range,
+                        });
                     }
                 }
             }
-            g.exp_ranges.push((from as u32, g.entries.len() as u32));
-        }
-        g.exp_base[s] = base;
-        Ok(())
-    }
-    for s in 0..g.accepting.len() {
-        if g.call_off[s] < g.call_off[s + 1] {
-            expand(g, s, &mut used, max_bytes)
-                .map_err(|_| too_big(&ast.rules[g.rule_of[s] as usize].name, max_bytes))?;
+            if self.used > self.max_bytes {
+                return Err(s);
+            }
+            let start = self.spans.len() as u32;
+            self.spans.extend_from_slice(&mine);
+            self.at[s] = (start, self.spans.len() as u32);
+            Ok(())
         }
     }
-    Ok(())
+    let n = moves.len();
+    let mut b = Builder {
+        moves,
+        call_off,
+        call_edges,
+        call_start,
+        transparent,
+        at: vec![(NONE, NONE); n],
+        spans: Vec::new(),
+        entries: Vec::new(),
+        pushes: Vec::new(),
+        used,
+        max_bytes,
+    };
+    for s in 0..n {
+        if call_off[s] < call_off[s + 1] {
+            b.expand(s)?;
+        }
+    }
+    let mut rows = Rows::new();
+    for s in 0..n {
+        for &x in b.spans_of(s) {
+            rows.spans.push(x);
+        }
+        rows.end_row();
+    }
+    Ok(Expansions {
+        rows,
+        entries: b.entries,
+        pushes: b.pushes,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Dense rows (`NONE` where no move) as spans.
+    fn rows_of(trans: &[u32], stride: usize) -> Rows<u32> {
+        let mut rows = Rows::new();
+        for row in trans.chunks(stride) {
+            for (c, &t) in row.iter().enumerate() {
+                if t != NONE {
+                    rows.push(c as u8, c as u8, t);
+                }
+            }
+            rows.end_row();
+        }
+        rows
+    }
 
     /// Moore's refinement, the definition spelled out: re-key every state by its class and its
     /// successors' classes until the number of classes stops growing.
@@ -1687,7 +1908,14 @@ mod tests {
                     }
                 }
             }
-            let fast = minimize(&trans, &accepting, &rule_of, &calls, stride, usize::MAX);
+            let fast = minimize(
+                &rows_of(&trans, stride),
+                &accepting,
+                &rule_of,
+                &calls,
+                stride,
+                usize::MAX,
+            );
             let slow = moore(&trans, &accepting, &rule_of, &calls, stride);
             assert_eq!(fast, slow, "round {round}: n {n}, stride {stride}");
             merged += usize::from(fast.iter().max().map_or(0, |&c| c as usize + 1) < n);
@@ -1747,13 +1975,20 @@ ch ::= [^"\\\x00-\x1F] | "\\" (["\\nt] | "u" [0-9a-f]{4})"#;
         accepting[7] = true;
         let calls = vec![Vec::new(); 8];
         let rule_of = vec![0; 8];
-        let minimized = minimize(&trans, &accepting, &rule_of, &calls, 1, usize::MAX);
+        let minimized = minimize(
+            &rows_of(&trans, 1),
+            &accepting,
+            &rule_of,
+            &calls,
+            1,
+            usize::MAX,
+        );
         assert_eq!(
             minimized.iter().max(),
             Some(&7),
             "a chain has no equivalent states"
         );
-        let kept = minimize(&trans, &accepting, &rule_of, &calls, 1, 4);
+        let kept = minimize(&rows_of(&trans, 1), &accepting, &rule_of, &calls, 1, 4);
         assert_eq!(kept, (0..8).collect::<Vec<u32>>());
     }
 }

@@ -133,7 +133,7 @@ impl Frames<'_> {
     #[inline]
     fn make(&mut self, g: &Grammar, state: u32, parent: u32, count: u32) -> u32 {
         let accepting = g.accepting[state as usize];
-        let mut reach = g.first[state as usize];
+        let mut reach = *g.first(state);
         let (pkey, pmask_key, pacc) = match parent {
             NIL => (NIL_KEY, NIL_KEY, true),
             CTX => (CTX_KEY, CTX_KEY, true),
@@ -204,7 +204,7 @@ impl Frames<'_> {
                     break;
                 }
                 let s = f.state as usize;
-                let n = g.trans[s * g.stride + c];
+                let n = g.next_class(f.state, c);
                 if n != NONE {
                     let id = if n == f.state {
                         cur
@@ -213,35 +213,30 @@ impl Frames<'_> {
                     };
                     self.add_head(pool, z, id);
                 }
-                let base = g.exp_base[s];
-                if base != NONE {
-                    let (ea, ez) = g.exp_ranges[base as usize * g.stride + c];
-                    for &(top, ps, pl) in &g.entries[ea as usize..ez as usize] {
-                        work.tick(u64::from(pl) + 1)?;
-                        let mut p = f.parent;
-                        for (i, &r) in g.pushes[ps as usize..(ps + pl) as usize].iter().enumerate()
-                        {
-                            // A counter's return after one more item: the first push replaces
-                            // the counter's own frame, a later one is a counter just entered.
-                            let (state, count) = match g.counter_of[r as usize] {
-                                NONE => (r, UNCOUNTED),
-                                _ if i == 0 && f.count == UNCOUNTED => (r, UNCOUNTED),
-                                c => {
-                                    // Saturates short of the sentinel: 4 billion items
-                                    // is past any output's length limit.
-                                    let k = if i == 0 {
-                                        f.count.saturating_add(1).min(UNCOUNTED - 1)
-                                    } else {
-                                        1
-                                    };
-                                    (g.counters[c as usize].phase(k), k)
-                                }
-                            };
-                            p = self.make(g, state, p, count);
-                        }
-                        let id = self.make(g, top, p, UNCOUNTED);
-                        self.add_head(pool, z, id);
+                for &(top, ps, pl) in g.expansion(f.state, c) {
+                    work.tick(u64::from(pl) + 1)?;
+                    let mut p = f.parent;
+                    for (i, &r) in g.pushes[ps as usize..(ps + pl) as usize].iter().enumerate() {
+                        // A counter's return after one more item: the first push replaces
+                        // the counter's own frame, a later one is a counter just entered.
+                        let (state, count) = match g.counter_of[r as usize] {
+                            NONE => (r, UNCOUNTED),
+                            _ if i == 0 && f.count == UNCOUNTED => (r, UNCOUNTED),
+                            c => {
+                                // Saturates short of the sentinel: 4 billion items
+                                // is past any output's length limit.
+                                let k = if i == 0 {
+                                    f.count.saturating_add(1).min(UNCOUNTED - 1)
+                                } else {
+                                    1
+                                };
+                                (g.counters[c as usize].phase(k), k)
+                            }
+                        };
+                        p = self.make(g, state, p, count);
                     }
+                    let id = self.make(g, top, p, UNCOUNTED);
+                    self.add_head(pool, z, id);
                 }
                 if g.accepting[s] && f.parent < CTX {
                     cur = f.parent;
@@ -948,7 +943,7 @@ impl Index {
                 while i < trie.node_len() {
                     let (byte, _, next) = trie.node(i);
                     let c = usize::from(g.classes[usize::from(byte)]);
-                    let n = g.trans[s as usize * g.stride + c];
+                    let n = g.next_class(s, c);
                     let on_path = from.path_chars(0, byte);
                     if n != NONE && !from.covers_from(on_path, trie.below(i), trie.height(i)) {
                         work.tick(1).map_err(oow)?;
@@ -1349,7 +1344,7 @@ impl Walker {
             // call and no parent that could take it instead.
             let mut new_top = NONE;
             if t != NONE {
-                let n = g.fast[t as usize * g.stride + c];
+                let n = g.fast_next(t, c, byte);
                 if n != SLOW && !(g.accepting[t as usize] && levels[li].below.contains(byte)) {
                     if n == NONE {
                         i = next;
@@ -1361,7 +1356,7 @@ impl Walker {
                 } else if d == d0 + 1 && only_direct.is_some() {
                     // The first byte of a rule's own walk: only its direct transitions.
                     work.tick(1)?;
-                    let n = g.trans[t as usize * g.stride + c];
+                    let n = g.next_class(t, c);
                     if n == NONE {
                         i = next;
                         continue;
@@ -1377,7 +1372,7 @@ impl Walker {
                 pool.truncate(stop);
                 fr.temp.truncate(up.temp);
                 let ok = if t != NONE {
-                    g.first[t as usize].contains(byte)
+                    g.first(t).contains(byte)
                         || (g.accepting[t as usize] && up.below.contains(byte))
                 } else {
                     up.allowed.contains(byte)

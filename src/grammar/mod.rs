@@ -57,22 +57,40 @@ mod compile;
 pub(crate) mod engine;
 pub(crate) use compile::COUNTER_FROM;
 mod parse;
+mod table;
 
 use crate::error::{Error, Result};
 
 /// No transition / no entry.
 pub(crate) const NONE: u32 = u32::MAX;
-/// In [`Grammar::fast`]: the byte may enter a call, take the slow path.
+/// From [`Grammar::fast_next`]: the byte may enter a call, take the slow path.
 pub(crate) const SLOW: u32 = u32::MAX - 1;
 
 /// A set of bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub(crate) struct BitSet256(pub [u64; 4]);
 
 impl BitSet256 {
-    #[inline]
+    #[cfg(test)]
     pub fn insert(&mut self, b: u8) {
         self.0[usize::from(b >> 6)] |= 1 << (b & 63);
+    }
+
+    /// Inserts bytes `lo..hi` (`hi` up to 256), a word at a time.
+    pub fn insert_range(&mut self, lo: u16, hi: u16) {
+        for (w, word) in self.0.iter_mut().enumerate() {
+            let (a, z) = ((w * 64) as u16, (w * 64 + 64) as u16);
+            let (from, to) = (lo.max(a), hi.min(z));
+            if from < to {
+                let width = u32::from(to - from);
+                let ones = if width == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << width) - 1
+                };
+                *word |= ones << (from - a);
+            }
+        }
     }
 
     #[inline]
@@ -194,26 +212,27 @@ pub struct Grammar {
     names: Vec<String>,
     pub(crate) classes: [u8; 256],
     pub(crate) stride: usize,
-    /// `trans[state * stride + class]`: the next state within the rule, or [`NONE`].
-    pub(crate) trans: Vec<u32>,
-    /// `trans`, except [`SLOW`] where the byte can also enter a call: a trie walk steps a
-    /// frame with one lookup here unless the frame below could take the byte.
-    pub(crate) fast: Vec<u32>,
+    /// Each state's moves within its rule, by class span.
+    pub(crate) moves: table::Rows<u32>,
+    /// `moves` packed for lookups: the next state within the rule, or [`NONE`].
+    pub(crate) trans: table::Packed<u32>,
     pub(crate) accepting: Vec<bool>,
     pub(crate) rule_of: Vec<u32>,
     /// Calls of state `s`: `call_edges[call_off[s]..call_off[s + 1]]`, (rule, return state).
     pub(crate) call_off: Vec<u32>,
     pub(crate) call_edges: Vec<(u32, u32)>,
-    /// For a state with calls, its row in `exp_ranges` (one range per byte class) into
-    /// `entries` = (top state, pushes start, pushes length) into `pushes`.
-    pub(crate) exp_base: Vec<u32>,
-    pub(crate) exp_ranges: Vec<(u32, u32)>,
+    /// Per state and byte class, a range of `entries` (empty: none) = (top state, pushes
+    /// start, pushes length) into `pushes`: where the byte leads through calls.
+    pub(crate) expansions: table::Packed<(u32, u32)>,
     pub(crate) entries: Vec<(u32, u32, u32)>,
     pub(crate) pushes: Vec<u32>,
-    /// Bytes a state can consume without returning (directly or through calls).
-    pub(crate) first: Vec<BitSet256>,
-    /// Bytes a state can consume by entering a call.
-    pub(crate) call_first: Vec<BitSet256>,
+    /// The distinct byte sets of `first_of` and `call_first_of` (a few hundred at most on
+    /// the corpus grammars, against thousands of states).
+    pub(crate) byte_sets: Vec<BitSet256>,
+    /// Per state, in `byte_sets`: the bytes it can consume without returning (directly or
+    /// through calls), and those it can consume by entering a call.
+    pub(crate) first_of: Vec<u32>,
+    pub(crate) call_first_of: Vec<u32>,
     /// Bytes that can follow a completed call of each rule, in any context.
     pub(crate) follow: Vec<BitSet256>,
     /// Work one step (a mask, an advance) may take: the compiling request's
@@ -357,13 +376,15 @@ impl Grammar {
 
     /// Heap bytes of the automaton's tables.
     pub fn memory_usage(&self) -> usize {
-        self.trans.len() * 8
-            + self.accepting.len() * (1 + 4 + 4 + 4 + 64)
+        self.moves.heap_bytes()
+            + self.trans.heap_bytes()
+            + self.expansions.heap_bytes()
+            + self.accepting.len() * (1 + 4 + 4 + 4 + 4 + 4)
+            + self.byte_sets.len() * 32
+            + self.follow.len() * 32
             + self.call_edges.len() * 8
-            + self.exp_ranges.len() * 8
             + self.entries.len() * 12
             + self.pushes.len() * 4
-            + self.counter_of.len() * 4
             + self
                 .counters
                 .iter()
@@ -381,6 +402,43 @@ impl Grammar {
     /// The state after byte `b` within `s`'s rule, or [`NONE`].
     #[inline]
     pub(crate) fn next_in_rule(&self, s: u32, b: u8) -> u32 {
-        self.trans[s as usize * self.stride + usize::from(self.classes[usize::from(b)])]
+        self.trans.get(s, usize::from(self.classes[usize::from(b)]))
+    }
+
+    /// The state after a byte of `class` within `s`'s rule, or [`NONE`].
+    #[inline]
+    pub(crate) fn next_class(&self, s: u32, class: usize) -> u32 {
+        self.trans.get(s, class)
+    }
+
+    /// [`Self::next_class`], except [`SLOW`] where `byte` (of `class`) can also enter a call:
+    /// a trie walk steps a frame with this alone unless the frame below could take the byte.
+    #[inline]
+    pub(crate) fn fast_next(&self, s: u32, class: usize, byte: u8) -> u32 {
+        if self.call_first(s).contains(byte) {
+            SLOW
+        } else {
+            self.trans.get(s, class)
+        }
+    }
+
+    /// Where a byte of `class` leads from `s` through calls: (top state, pushes start,
+    /// pushes length) into `pushes`.
+    #[inline]
+    pub(crate) fn expansion(&self, s: u32, class: usize) -> &[(u32, u32, u32)] {
+        let (a, z) = self.expansions.get(s, class);
+        &self.entries[a as usize..z as usize]
+    }
+
+    /// Bytes `s` can consume without returning (directly or through calls).
+    #[inline]
+    pub(crate) fn first(&self, s: u32) -> &BitSet256 {
+        &self.byte_sets[self.first_of[s as usize] as usize]
+    }
+
+    /// Bytes `s` can consume by entering a call.
+    #[inline]
+    pub(crate) fn call_first(&self, s: u32) -> &BitSet256 {
+        &self.byte_sets[self.call_first_of[s as usize] as usize]
     }
 }

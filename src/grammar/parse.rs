@@ -568,8 +568,16 @@ impl Parser<'_> {
             }
             return Ok((cp, at));
         }
-        // The text is a `str`, so a character starts here and is whole.
-        let s = std::str::from_utf8(&self.src[at..]).expect("char boundary");
+        // The text is a `str`, so a character starts here and is whole; its first byte gives
+        // its width. (Decoding the rest of the text instead, at every character, made parsing
+        // quadratic: 40 % of a 930-byte schema's 62 ms refusal, over 300 KiB of rendered GBNF.)
+        let width = match self.src[at] {
+            b if b < 0x80 => 1,
+            b if b >= 0xF0 => 4,
+            b if b >= 0xE0 => 3,
+            _ => 2,
+        };
+        let s = std::str::from_utf8(&self.src[at..at + width]).expect("char boundary");
         let c = s.chars().next().expect("not at the end");
         self.pos += c.len_utf8();
         Ok((u32::from(c), at))

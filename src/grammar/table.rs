@@ -1,0 +1,267 @@
+//! A grammar's per-state, per-byte-class tables, packed.
+//!
+//! Dense rows (one entry per byte class) took ~0.5-1.5 KiB per state on schema grammars
+//! (64-97 classes, 4-8 bytes each), while a state moves on a few classes: a key's next byte,
+//! or a string's character range and its two exits. In a 150-property Snowplow schema's
+//! grammar (21k states over 77 classes), a row differed from its most common value in 1.8
+//! classes on average. So each row keeps that value as its default and only the classes
+//! that differ, overlaid into one array (row displacement, as parser generators pack their
+//! tables): a lookup is two reads, the row's `(base, default)` and the cell `base + class`,
+//! which belongs to the row only if it names it as owner.
+
+use super::NONE;
+
+/// A state's moves within its rule: classes `lo..=hi` go to `target`. A state's spans are
+/// sorted, disjoint, and neighbours with one target are merged; a class in none has no move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Span<T> {
+    pub lo: u8,
+    pub hi: u8,
+    pub target: T,
+}
+
+/// Spans of every state, in state order: state `s`'s are `spans[off[s]..off[s + 1]]`.
+#[derive(Clone, Debug)]
+pub(crate) struct Rows<T> {
+    pub off: Vec<u32>,
+    pub spans: Vec<Span<T>>,
+}
+
+impl<T: Copy + PartialEq> Rows<T> {
+    pub fn new() -> Self {
+        Rows {
+            off: vec![0],
+            spans: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.off.len() - 1
+    }
+
+    pub fn row(&self, s: usize) -> &[Span<T>] {
+        &self.spans[self.off[s] as usize..self.off[s + 1] as usize]
+    }
+
+    /// Adds classes `lo..=hi` to the row being built (the last one, not yet ended), merged
+    /// into its last span when they continue it with the same target.
+    pub fn push(&mut self, lo: u8, hi: u8, target: T) {
+        let open = *self.off.last().expect("off starts with 0") as usize;
+        if let Some(last) = self.spans[open..].last_mut() {
+            if last.target == target && u16::from(last.hi) + 1 == u16::from(lo) {
+                last.hi = hi;
+                return;
+            }
+        }
+        self.spans.push(Span { lo, hi, target });
+    }
+
+    /// Ends the row being built.
+    pub fn end_row(&mut self) {
+        self.off.push(self.spans.len() as u32);
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.off.len() * 4 + self.spans.len() * std::mem::size_of::<Span<T>>()
+    }
+}
+
+/// A row-displaced table: `get(s, class)` for every state and class.
+#[derive(Clone, Debug)]
+pub(crate) struct Packed<T> {
+    /// Per state: where its cells start, and the value of every class without a cell.
+    rows: Vec<(u32, T)>,
+    /// (owning state or [`NONE`], value).
+    cells: Vec<(u32, T)>,
+}
+
+/// Placements tried for one row before it goes past the end of the cells, where it always
+/// fits: bounds packing at this many checks per class that differs.
+const PLACEMENT_TRIES: usize = 64;
+
+impl<T: Copy + Ord> Packed<T> {
+    /// Packs `rows` over `stride` classes, `absent` where a state's spans have no value;
+    /// `None` as soon as the classes that differ from their row's default pass `max_cells`
+    /// (each takes a cell, so the packed table could not be smaller), before any placement.
+    pub fn pack(rows: &Rows<T>, stride: usize, absent: T, max_cells: usize) -> Option<Self> {
+        let n = rows.len();
+        // Each row's default (the value over most classes) and its other classes.
+        let mut defaults = Vec::with_capacity(n);
+        let mut exc_off = Vec::with_capacity(n + 1);
+        let mut exc: Vec<(u8, T)> = Vec::new();
+        let mut widths: Vec<(T, usize)> = Vec::new();
+        exc_off.push(0u32);
+        for s in 0..n {
+            let row = rows.row(s);
+            let covered: usize = row.iter().map(|x| usize::from(x.hi - x.lo) + 1).sum();
+            // Widths by value, summed over the value's spans (sorted: O(k log k) for k spans,
+            // at most one per class).
+            widths.clear();
+            widths.extend(
+                row.iter()
+                    .filter(|x| x.target != absent)
+                    .map(|x| (x.target, usize::from(x.hi - x.lo) + 1)),
+            );
+            widths.sort_unstable_by_key(|w| w.0);
+            let (mut default, mut most) = (absent, stride - covered);
+            let mut i = 0;
+            while i < widths.len() {
+                let (value, mut width) = widths[i];
+                i += 1;
+                while i < widths.len() && widths[i].0 == value {
+                    width += widths[i].1;
+                    i += 1;
+                }
+                if width > most {
+                    (default, most) = (value, width);
+                }
+            }
+            let mut next = 0usize;
+            for x in row {
+                if default != absent {
+                    exc.extend((next..usize::from(x.lo)).map(|c| (c as u8, absent)));
+                }
+                if x.target != default {
+                    exc.extend((x.lo..=x.hi).map(|c| (c, x.target)));
+                }
+                next = usize::from(x.hi) + 1;
+            }
+            if default != absent {
+                exc.extend((next..stride).map(|c| (c as u8, absent)));
+            }
+            if exc.len() > max_cells {
+                return None;
+            }
+            defaults.push(default);
+            exc_off.push(exc.len() as u32);
+        }
+        // Widest rows first, each at the first place its cells are free.
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_by_key(|&s| std::cmp::Reverse(exc_off[s as usize + 1] - exc_off[s as usize]));
+        let mut rows_out: Vec<(u32, T)> = defaults.iter().map(|&d| (0, d)).collect();
+        let mut cells: Vec<(u32, T)> = Vec::new();
+        let mut lowest_free = 0usize;
+        for &s in &order {
+            let own = &exc[exc_off[s as usize] as usize..exc_off[s as usize + 1] as usize];
+            let Some(&(first, _)) = own.first() else {
+                continue;
+            };
+            let free = |b: usize, cells: &[(u32, T)]| {
+                own.iter().all(|&(c, _)| {
+                    cells
+                        .get(b + usize::from(c))
+                        .is_none_or(|&(owner, _)| owner == NONE)
+                })
+            };
+            let mut base = lowest_free.saturating_sub(usize::from(first));
+            let mut tries = 0;
+            while !free(base, &cells) {
+                tries += 1;
+                base = if tries == PLACEMENT_TRIES {
+                    cells.len()
+                } else {
+                    base + 1
+                };
+            }
+            let (last, _) = own[own.len() - 1];
+            let end = base + usize::from(last) + 1;
+            if cells.len() < end {
+                cells.resize(end, (NONE, absent));
+            }
+            for &(c, v) in own {
+                cells[base + usize::from(c)] = (s, v);
+            }
+            rows_out[s as usize].0 = base as u32;
+            while lowest_free < cells.len() && cells[lowest_free].0 != NONE {
+                lowest_free += 1;
+            }
+        }
+        Some(Packed {
+            rows: rows_out,
+            cells,
+        })
+    }
+
+    #[inline]
+    pub fn get(&self, s: u32, class: usize) -> T {
+        let (base, default) = self.rows[s as usize];
+        match self.cells.get(base as usize + class) {
+            Some(&(owner, v)) if owner == s => v,
+            _ => default,
+        }
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        (self.rows.len() + self.cells.len()) * std::mem::size_of::<(u32, T)>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grammar::BitSet256;
+
+    /// A range inserted a word at a time holds exactly the bytes inserted one by one.
+    #[test]
+    fn byte_ranges_insert_every_byte_and_no_other() {
+        for lo in 0..=256u16 {
+            for hi in lo..=256u16 {
+                let mut fast = BitSet256::default();
+                fast.insert_range(lo, hi);
+                let mut slow = BitSet256::default();
+                for b in lo..hi {
+                    slow.insert(b as u8);
+                }
+                assert_eq!(fast, slow, "{lo}..{hi}");
+            }
+        }
+    }
+
+    /// Packed lookups equal the dense rows they were made from, on random rows of every
+    /// shape: empty, sparse, dense with one common value, several values.
+    #[test]
+    fn packed_lookups_equal_the_dense_rows() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rand = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for stride in [1usize, 2, 7, 64, 97, 256] {
+            let n = 300;
+            let mut dense = vec![NONE; n * stride];
+            let mut rows = Rows::new();
+            for s in 0..n {
+                let shape = rand(4);
+                for c in 0..stride {
+                    let v = match shape {
+                        0 => NONE,
+                        1 if rand(10) == 0 => rand(5) as u32,
+                        1 => NONE,
+                        2 if rand(8) == 0 => NONE,
+                        2 => 7,
+                        _ => [NONE, 1, 2][rand(3) as usize],
+                    };
+                    dense[s * stride + c] = v;
+                    if v != NONE {
+                        rows.push(c as u8, c as u8, v);
+                    }
+                }
+                rows.end_row();
+            }
+            let packed = Packed::pack(&rows, stride, NONE, usize::MAX).expect("no bound");
+            for s in 0..n {
+                for c in 0..stride {
+                    assert_eq!(packed.get(s as u32, c), dense[s * stride + c], "{s} {c}");
+                }
+            }
+            // Sparse rows share the cells: well under one cell per class per state.
+            assert!(
+                packed.cells.len() < n * stride,
+                "{} cells",
+                packed.cells.len()
+            );
+        }
+    }
+}
