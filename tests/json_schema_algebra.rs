@@ -242,6 +242,53 @@ fn unique_items_of_finite_values_agree_with_the_validator() {
     }
 }
 
+/// `minProperties`/`maxProperties` that count optional properties: every object over the
+/// listed keys (each present or not), plus extra keys the schemas forbid.
+#[test]
+fn property_counts_of_optional_properties_agree_with_the_validator() {
+    let objects = |names: &[&str]| {
+        let mut out = Vec::new();
+        for set in 0..(1u32 << names.len()) {
+            let mut o = serde_json::Map::new();
+            for (i, n) in names.iter().enumerate() {
+                if set & (1 << i) != 0 {
+                    o.insert((*n).into(), json!(i));
+                }
+            }
+            out.push(Value::Object(o.clone()));
+            o.insert("z".into(), json!(0));
+            out.push(Value::Object(o));
+        }
+        out
+    };
+    let mut candidates = objects(&["a", "b", "c", "d"]);
+    candidates.extend(objects(&["key", "json", "pojo"]));
+    let props = json!({"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}, "d": {"type": "integer"}});
+    let schemas = [
+        json!({"type": "object", "properties": props, "additionalProperties": false, "minProperties": 2, "maxProperties": 2}),
+        json!({"type": "object", "properties": props, "additionalProperties": false, "maxProperties": 1}),
+        json!({"type": "object", "properties": props, "additionalProperties": false, "minProperties": 3}),
+        json!({"type": "object", "properties": props, "additionalProperties": false, "required": ["b"], "minProperties": 2, "maxProperties": 3}),
+        // The Snowplow shape: one required key and exactly one of the others.
+        json!({"type": "object", "properties": {"key": {"type": "integer"}, "json": {"type": "integer"}, "pojo": {"type": "integer"}}, "additionalProperties": false, "required": ["key"], "minProperties": 2, "maxProperties": 2}),
+    ];
+    for schema in &schemas {
+        let valid = check(schema, &candidates, true);
+        assert!(valid > 0, "{schema}: no valid candidate");
+    }
+    // More sets than are written out: refused, naming the keyword and the bound.
+    let many: serde_json::Map<String, Value> = (0..10)
+        .map(|i| (format!("p{i}"), json!({"type": "integer"})))
+        .collect();
+    let e = JsonSchema::compile(
+        &json!({"type": "object", "properties": many, "additionalProperties": false, "maxProperties": 5}),
+        "guided_json",
+    )
+    .expect_err("C(10, 0..=5) = 638 sets");
+    assert!(e.message().contains("maxProperties"), "{}", e.message());
+    assert!(e.message().contains("64"), "{}", e.message());
+}
+
 #[test]
 fn integer_multiples_agree_with_the_validator() {
     let ints: Vec<Value> = (-1300i64..=1300)

@@ -2311,6 +2311,13 @@ impl<'a> Compiler<'a> {
         if max_p.is_some_and(|x| x < r) {
             return Ok(Node::Nothing);
         }
+        // Without extra or pattern keys, the count is the listed keys present: what the
+        // bounds below cannot say as a sequence of optional items is a choice of which
+        // optional ones are present.
+        let counts_optional = max_p.is_some_and(|x| listed > x) || (min_p > r && min_p != 1);
+        if counts_optional && extra.is_none() && patterns.is_empty() {
+            return counted_properties(items, min_p, max_p, &here);
+        }
         let mut extra_max: Option<u32> = None;
         if let Some(x) = max_p {
             if listed > x {
@@ -2430,6 +2437,81 @@ impl<'a> Compiler<'a> {
         let body = Node::seq(seq_items, sep(), nonempty && r == 0);
         Ok(Node::concat(vec![Node::lit("{"), body, Node::lit("}")]))
     }
+}
+
+/// Most sets of optional properties an object with `minProperties`/`maxProperties` is written
+/// out as (each an alternative with those properties required and the others absent).
+const MAX_PROPERTY_SETS: u64 = 64;
+
+/// An object of exactly the listed `items` (name, value, required) whose number of keys is
+/// within `[min_p, max_p]`: one alternative per set of optional properties of an allowed size,
+/// refused past [`MAX_PROPERTY_SETS`] alternatives.
+fn counted_properties(
+    items: Vec<(String, Node, bool)>,
+    min_p: u32,
+    max_p: Option<u32>,
+    here: &str,
+) -> R<Node> {
+    let r = items.iter().filter(|x| x.2).count() as u64;
+    let optional: Vec<usize> = (0..items.len()).filter(|&i| !items[i].2).collect();
+    let m = optional.len() as u64;
+    let lo = u64::from(min_p).saturating_sub(r);
+    let hi = max_p.map_or(m, |x| (u64::from(x) - r).min(m));
+    // C(m, k), saturating: the sum is only compared with a small bound.
+    let choose = |k: u64| (0..k).fold(1u64, |c, i| c.saturating_mul(m - i) / (i + 1));
+    let sets = (lo..=hi).fold(0u64, |a, k| a.saturating_add(choose(k)));
+    if sets > MAX_PROPERTY_SETS {
+        let key = if max_p.is_some_and(|x| items.len() as u64 > u64::from(x)) {
+            "maxProperties"
+        } else {
+            "minProperties"
+        };
+        return Err(unsupported(
+            key,
+            here,
+            &format!(
+                "counting optional properties: {sets} sets of them, more than the                  {MAX_PROPERTY_SETS} written out"
+            ),
+        ));
+    }
+    let mut bodies = Vec::new();
+    // Sets of each size in lexicographic order of their positions in `optional`.
+    for k in lo..=hi {
+        let k = k as usize;
+        let mut pick: Vec<usize> = (0..k).collect();
+        loop {
+            let chosen: Vec<usize> = pick.iter().map(|&i| optional[i]).collect();
+            let body = items
+                .iter()
+                .enumerate()
+                .filter(|(i, x)| x.2 || chosen.contains(i))
+                .map(|(_, (name, value, _))| {
+                    (
+                        Node::concat(vec![key_lit(name), colon(), value.clone()]),
+                        true,
+                    )
+                })
+                .collect();
+            bodies.push(Node::seq(body, sep(), false));
+            // The next set: the rightmost position that can move, moved, and those after it
+            // packed behind it.
+            let Some(j) = (0..k).rev().find(|&j| pick[j] < optional.len() - k + j) else {
+                break;
+            };
+            pick[j] += 1;
+            for t in j + 1..k {
+                pick[t] = pick[t - 1] + 1;
+            }
+        }
+    }
+    if bodies.is_empty() {
+        return Ok(Node::Nothing);
+    }
+    Ok(Node::concat(vec![
+        Node::lit("{"),
+        Node::alt(bodies),
+        Node::lit("}"),
+    ]))
 }
 
 /// Formats a validator checks; a name outside this list is an annotation.
