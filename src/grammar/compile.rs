@@ -638,11 +638,7 @@ fn compile_with(
     // Minimization and the closing table read moves class by class: bounded as the dense table
     // was (4 bytes a class), which no corpus grammar comes near (at most 128k moves, of 262k
     // under the 1 MiB bound) while a hostile one could make ~18k states of 256 classes each.
-    let class_moves = moves
-        .spans
-        .iter()
-        .map(|x| usize::from(x.hi - x.lo) + 1)
-        .sum::<usize>();
+    let class_moves = moves.class_moves();
     if class_moves.saturating_mul(4) > max_bytes {
         return Err(GrammarError::limit_no_pos(format!(
             "needs more than the {max_bytes}-byte automaton limit ({class_moves} moves by \
@@ -731,17 +727,13 @@ fn compile_with(
     )
     .map_err(|s| too_big_to_build(&ast.rules[rule_of[s] as usize].name))?;
 
-    // First bytes, by class span: a class is a run of bytes, so a span is one byte range.
-    let mut class_start = [256u16; 257];
-    for b in (0..256).rev() {
-        class_start[usize::from(classes[b])] = b as u16;
-    }
-    class_start[stride] = 256;
+    // First bytes, by class span: a class is a run of bytes from its first (`reps`) to the
+    // next class's, so a span is one byte range.
     let bytes_of = |x: (u8, u8), set: &mut BitSet256| {
-        set.insert_range(
-            class_start[usize::from(x.0)],
-            class_start[usize::from(x.1) + 1],
-        );
+        let end = reps
+            .get(usize::from(x.1) + 1)
+            .map_or(256, |&b| u16::from(b));
+        set.insert_range(u16::from(reps[usize::from(x.0)]), end);
     };
     let mut byte_sets: Vec<BitSet256> = Vec::new();
     let mut set_ids: HashMap<BitSet256, u32> = HashMap::default();
@@ -878,11 +870,7 @@ fn minimize(
     // Reading the table is the first work; past the budget the determinized automaton is kept
     // as it is: every state its own class, the same language with more states (already within
     // the automaton bound).
-    let mut work = moves
-        .spans
-        .iter()
-        .map(|x| usize::from(x.hi - x.lo) + 1)
-        .fold(n, usize::saturating_add);
+    let mut work = n.saturating_add(moves.class_moves());
     if work > max_work {
         return unminimized();
     }

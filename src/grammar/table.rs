@@ -20,6 +20,13 @@ pub(crate) struct Span<T> {
     pub target: T,
 }
 
+impl<T> Span<T> {
+    /// Classes covered.
+    pub fn width(&self) -> usize {
+        usize::from(self.hi - self.lo) + 1
+    }
+}
+
 /// Spans of every state, in state order: state `s`'s are `spans[off[s]..off[s + 1]]`.
 #[derive(Clone, Debug)]
 pub(crate) struct Rows<T> {
@@ -61,6 +68,11 @@ impl<T: Copy + PartialEq> Rows<T> {
         self.off.push(self.spans.len() as u32);
     }
 
+    /// Moves by class over every state (what a dense table would hold).
+    pub fn class_moves(&self) -> usize {
+        self.spans.iter().map(Span::width).sum()
+    }
+
     pub fn heap_bytes(&self) -> usize {
         self.off.len() * 4 + self.spans.len() * std::mem::size_of::<Span<T>>()
     }
@@ -93,14 +105,14 @@ impl<T: Copy + Ord> Packed<T> {
         exc_off.push(0u32);
         for s in 0..n {
             let row = rows.row(s);
-            let covered: usize = row.iter().map(|x| usize::from(x.hi - x.lo) + 1).sum();
+            let covered: usize = row.iter().map(Span::width).sum();
             // Widths by value, summed over the value's spans (sorted: O(k log k) for k spans,
             // at most one per class).
             widths.clear();
             widths.extend(
                 row.iter()
                     .filter(|x| x.target != absent)
-                    .map(|x| (x.target, usize::from(x.hi - x.lo) + 1)),
+                    .map(|x| (x.target, x.width())),
             );
             widths.sort_unstable_by_key(|w| w.0);
             let (mut default, mut most) = (absent, stride - covered);
