@@ -329,6 +329,21 @@ fn expansions_are_bounded_before_they_are_built() {
             |s| json!({"type": "array", "maxItems": 5, "items": {"type": "object", "properties": {"a": s, "b": {}, "c": {}, "d": {}}}}),
         ),
     );
+    // Property counts write an object out once per set of optional properties (up to 64):
+    // each set copies the values, so nesting multiplies the copies level by level.
+    schema_case("property counts over a definition at each of 5 levels", {
+        let mut defs = serde_json::Map::new();
+        defs.insert("l0".into(), json!({"type": "integer"}));
+        for l in 1..=5 {
+            let r = json!({"$ref": format!("#/$defs/l{}", l - 1)});
+            defs.insert(
+                format!("l{l}"),
+                json!({"type": "object", "additionalProperties": false, "maxProperties": 3,
+                       "properties": props(7, r)}),
+            );
+        }
+        json!({"$defs": defs, "$ref": "#/$defs/l5"})
+    });
     schema_case("a definition used 16 times at each of 4 levels", {
         let mut defs = serde_json::Map::new();
         defs.insert(

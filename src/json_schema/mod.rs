@@ -1290,14 +1290,21 @@ impl<'a> Compiler<'a> {
         r
     }
 
-    fn schema(&mut self, s: &Value) -> R<Node> {
-        self.visits += 1;
+    /// Counts `n` subschema visits against [`Limits::schema_expansion`]: a subschema
+    /// compiled, or one whose output is copied again.
+    fn charge_visits(&mut self, n: usize) -> R<()> {
+        self.visits = self.visits.saturating_add(n);
         if self.visits > self.limits.schema_expansion {
             return Err(Fail::Limit(format!(
                 "inlining visits more than {} subschemas (the schema expansion limit)",
                 self.limits.schema_expansion
             )));
         }
+        Ok(())
+    }
+
+    fn schema(&mut self, s: &Value) -> R<Node> {
+        self.charge_visits(1)?;
         match s {
             Value::Bool(true) => return Ok(Node::AnyJson),
             Value::Bool(false) => return Ok(Node::Nothing),
@@ -1346,13 +1353,7 @@ impl<'a> Compiler<'a> {
                 )))
             }
         };
-        self.visits += 1;
-        if self.visits > self.limits.schema_expansion {
-            return Err(Fail::Limit(format!(
-                "inlining visits more than {} subschemas (the schema expansion limit)",
-                self.limits.schema_expansion
-            )));
-        }
+        self.charge_visits(1)?;
         let mut out: Map<String, Value> = m
             .iter()
             .filter(|(k, _)| *k != "$ref" && *k != "allOf")
@@ -2270,6 +2271,8 @@ impl<'a> Compiler<'a> {
         let mut keys: BTreeSet<String> = props.keys().cloned().collect();
         keys.extend(required.iter().cloned());
         let mut items: Vec<(String, Node, bool)> = Vec::new();
+        // Per item, the subschema visits its value took (what a copy of it costs again).
+        let mut costs: Vec<usize> = Vec::new();
         for k in &keys {
             let is_req = required.contains(k);
             if !key_ok(k) {
@@ -2286,6 +2289,7 @@ impl<'a> Compiler<'a> {
                 (None, Some(x)) => x.clone(),
                 (None, None) => Value::Bool(true),
             };
+            let before = self.visits;
             let value = self.at(&format!("properties/{}", pointer_escape(k)), |c| {
                 c.schema(&schema)
             })?;
@@ -2296,6 +2300,7 @@ impl<'a> Compiler<'a> {
                 continue;
             }
             items.push((k.clone(), value, is_req));
+            costs.push(self.visits - before);
         }
         let r = items.iter().filter(|x| x.2).count() as u32;
         let listed = items.len() as u32;
@@ -2316,7 +2321,7 @@ impl<'a> Compiler<'a> {
         // optional ones are present.
         let counts_optional = max_p.is_some_and(|x| listed > x) || (min_p > r && min_p != 1);
         if counts_optional && extra.is_none() && patterns.is_empty() {
-            return counted_properties(items, min_p, max_p, &here);
+            return counted_properties(self, items, &costs, min_p, max_p, &here);
         }
         let mut extra_max: Option<u32> = None;
         if let Some(x) = max_p {
@@ -2446,8 +2451,13 @@ const MAX_PROPERTY_SETS: u64 = 64;
 /// An object of exactly the listed `items` (name, value, required) whose number of keys is
 /// within `[min_p, max_p]`: one alternative per set of optional properties of an allowed size,
 /// refused past [`MAX_PROPERTY_SETS`] alternatives.
+///
+/// Each copy of a value past its first is charged as the visits its subschema took
+/// (`costs`), as an inlined `$ref` is: nested counts multiply the copies level by level.
 fn counted_properties(
+    c: &mut Compiler,
     items: Vec<(String, Node, bool)>,
+    costs: &[usize],
     min_p: u32,
     max_p: Option<u32>,
     here: &str,
@@ -2475,12 +2485,19 @@ fn counted_properties(
         ));
     }
     let mut bodies = Vec::new();
+    let mut copied = vec![false; items.len()];
     // Sets of each size in lexicographic order of their positions in `optional`.
     for k in lo..=hi {
         let k = k as usize;
         let mut pick: Vec<usize> = (0..k).collect();
         loop {
             let chosen: Vec<usize> = pick.iter().map(|&i| optional[i]).collect();
+            for (i, item) in items.iter().enumerate() {
+                let present = item.2 || chosen.contains(&i);
+                if present && std::mem::replace(&mut copied[i], true) {
+                    c.charge_visits(costs[i])?;
+                }
+            }
             let body = items
                 .iter()
                 .enumerate()
