@@ -645,9 +645,12 @@ fn grammar_runs(g: &Grammar) -> Vec<Run> {
     let mut memo = RunMemo::default();
     let mut seeds: Vec<Option<Run>> = vec![None; g.state_count()];
     let mut through = Vec::new();
+    // Per rule, the groups of the characters after which a call of it can complete: the
+    // same every round.
+    let mut one_char: Vec<Option<u64>> = vec![None; g.call_start.len()];
     for _ in 0..ROUNDS {
         let own = state_runs(g, &seeds, &mut memo);
-        through = runs_through_calls(g, own.clone());
+        through = runs_through_calls(g, own.clone(), &mut one_char);
         let mut changed = false;
         for (s, (&t, &o)) in through.iter().zip(&own).enumerate() {
             if t != o {
@@ -678,10 +681,11 @@ fn grammar_runs(g: &Grammar) -> Vec<Run> {
 ///   callee can complete: a string character kept as a rule (`char{0,255}`, when inlining it
 ///   passed the automaton limit) is a call per character, and each position's run is then
 ///   the rest of the string instead of one character.
-fn runs_through_calls(g: &Grammar, own: Vec<Run>) -> Vec<Run> {
+///
+/// `one_char` keeps, per rule, the groups of the characters after which a call of it can
+/// complete.
+fn runs_through_calls(g: &Grammar, own: Vec<Run>, one_char: &mut [Option<u64>]) -> Vec<Run> {
     let mut runs = own;
-    // Per rule, the groups of the characters after which a call of it can complete.
-    let mut one_char: Vec<Option<u64>> = vec![None; g.call_start.len()];
     // A chain of calls into calls (a block of blocks), or of one-character calls (ordered
     // like the characters, hence the reverse order), is followed this many passes.
     for _ in 0..8 {
