@@ -333,6 +333,18 @@ fn compile_with(
         nend.push(e);
     }
 
+    // A rule inlined at every use and never called (no call edge, counters' included) is
+    // only ever read through its copies: its own automaton would be dead weight. A schema's
+    // "any other key" rule is built from ~20 such pieces (a string minus one listed key's
+    // prefix each), and determinizing them on their own was half of its subset construction.
+    let mut called = vec![false; n_rules];
+    for st in &nfa.states {
+        for &(callee, _) in &st.calls {
+            called[callee as usize] = true;
+        }
+    }
+    let absorbed = |r: usize| r != ast.root && inline[r] && !called[r] && counted[r].is_none();
+
     // Byte classes: bytes that no edge distinguishes share a class.
     let mut boundary = [false; 257];
     for st in &nfa.states {
@@ -430,6 +442,16 @@ fn compile_with(
             if nfa.bytes_used + held > build_bytes {
                 return Err(too_big_to_build(&ast.rules[r].name));
             }
+            continue;
+        }
+        if absorbed(r) {
+            // One dead state: the rule never completes on its own and nothing calls it.
+            moves.end_row();
+            accepting.push(false);
+            rule_of.push(r as u32);
+            calls.push(Vec::new());
+            start.push(base);
+            held += 48;
             continue;
         }
         let mut ids: HashMap<Vec<u32>, u32> = HashMap::default();
@@ -1913,6 +1935,33 @@ mod tests {
             merged > 500,
             "only {merged} of 2,000 tables had equivalent states"
         );
+    }
+
+    #[test]
+    fn a_rule_inlined_everywhere_adds_no_states_of_its_own() {
+        // `key` is copied into both uses and never called: its own automaton is not built,
+        // so the grammar is as big as the one written out by hand, but for the one dead
+        // state that stands for the rule (built, `key` added its own 3).
+        let by_rule = crate::grammar::Grammar::new(
+            "root ::= key \":\" key\nkey ::= [a-z] ([a-z0-9_] | \"\\\\\" [nt])*",
+        )
+        .unwrap();
+        let by_hand = crate::grammar::Grammar::new(
+            "root ::= [a-z] ([a-z0-9_] | \"\\\\\" [nt])* \":\" [a-z] ([a-z0-9_] | \"\\\\\" [nt])*",
+        )
+        .unwrap();
+        assert_eq!(by_rule.state_count(), by_hand.state_count() + 1);
+        for (text, ok) in [
+            ("a:b", true),
+            ("ab_9:x\\t", true),
+            ("a\\n1:z", true),
+            ("a:", false),
+            ("9a:b", false),
+            ("a\\x:b", false),
+        ] {
+            assert_eq!(by_rule.matches(text.as_bytes()), ok, "{text}");
+            assert_eq!(by_hand.matches(text.as_bytes()), ok, "{text}");
+        }
     }
 
     #[test]
