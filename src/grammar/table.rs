@@ -81,11 +81,20 @@ impl<T: Copy + PartialEq> Rows<T> {
 /// A row-displaced table: `get(s, class)` for every state and class.
 #[derive(Clone, Debug)]
 pub(crate) struct Packed<T> {
-    /// Per state: where its cells start, and the value of every class without a cell.
+    /// Per state: where its cells start, and the value of every class without a cell; or
+    /// [`SPAN_ROW`] plus the row's index in `span_off`, with the value of every class that
+    /// none of its spans covers.
     rows: Vec<(u32, T)>,
     /// (owning state or [`NONE`], value).
     cells: Vec<(u32, T)>,
+    /// Rows kept as their spans: row `i`'s are `spans[span_off[i]..span_off[i + 1]]`.
+    span_off: Vec<u32>,
+    spans: Vec<Span<T>>,
 }
+
+/// Marks a row kept as spans (a cell index never comes near it: cells are bounded by the
+/// automaton limit, ~131k at 1 MiB).
+const SPAN_ROW: u32 = 1 << 31;
 
 /// Placements tried for one row before it goes past the end of the cells, where it always
 /// fits: bounds packing at this many checks per class that differs.
@@ -95,8 +104,23 @@ impl<T: Copy + Ord> Packed<T> {
     /// Packs `rows` over `stride` classes, `absent` where a state's spans have no value;
     /// `None` as soon as the classes that differ from their row's default pass `max_cells`
     /// (each takes a cell, so the packed table could not be smaller), before any placement.
-    pub fn pack(rows: &Rows<T>, stride: usize, absent: T, max_cells: usize) -> Option<Self> {
+    ///
+    /// With `span_rows`, a row with more than twice as many such classes as spans (and at
+    /// least 4) is kept as its spans instead: a lookup there is a binary search over them.
+    /// A wide span away from the row's default is a cell per class: Snowplow sp_328's
+    /// grammar has 2.6 spans a state but packed to 44 cells a state (1.1 MB of `trans`).
+    pub fn pack(
+        rows: &Rows<T>,
+        stride: usize,
+        absent: T,
+        max_cells: usize,
+        span_rows: bool,
+    ) -> Option<Self> {
         let n = rows.len();
+        let mut span_off = vec![0u32];
+        let mut spans: Vec<Span<T>> = Vec::new();
+        // The rows kept as spans: (state, index in `span_off`).
+        let mut span_row_of: Vec<(usize, u32)> = Vec::new();
         // Each row's default (the value over most classes) and its other classes.
         let mut defaults = Vec::with_capacity(n);
         let mut exc_off = Vec::with_capacity(n + 1);
@@ -141,6 +165,14 @@ impl<T: Copy + Ord> Packed<T> {
             if default != absent {
                 exc.extend((next..stride).map(|c| (c as u8, absent)));
             }
+            let own = exc.len() - *exc_off.last().expect("starts with 0") as usize;
+            if span_rows && own >= 4 && own > 2 * row.len() {
+                exc.truncate(exc.len() - own);
+                span_row_of.push((s, span_off.len() as u32 - 1));
+                spans.extend_from_slice(row);
+                span_off.push(spans.len() as u32);
+                default = absent;
+            }
             if exc.len() > max_cells {
                 return None;
             }
@@ -151,6 +183,9 @@ impl<T: Copy + Ord> Packed<T> {
         let mut order: Vec<u32> = (0..n as u32).collect();
         order.sort_by_key(|&s| std::cmp::Reverse(exc_off[s as usize + 1] - exc_off[s as usize]));
         let mut rows_out: Vec<(u32, T)> = defaults.iter().map(|&d| (0, d)).collect();
+        for &(s, i) in &span_row_of {
+            rows_out[s].0 = SPAN_ROW + i;
+        }
         let mut cells: Vec<(u32, T)> = Vec::new();
         let mut lowest_free = 0usize;
         for &s in &order {
@@ -191,20 +226,36 @@ impl<T: Copy + Ord> Packed<T> {
         Some(Packed {
             rows: rows_out,
             cells,
+            span_off,
+            spans,
         })
     }
 
     #[inline]
     pub fn get(&self, s: u32, class: usize) -> T {
         let (base, default) = self.rows[s as usize];
+        // A span row's base is past the cells: its lookup always lands here.
         match self.cells.get(base as usize + class) {
             Some(&(owner, v)) if owner == s => v,
+            _ if base >= SPAN_ROW => self.span_get((base - SPAN_ROW) as usize, class, default),
+            _ => default,
+        }
+    }
+
+    /// Class `class` of span row `i`.
+    fn span_get(&self, i: usize, class: usize, default: T) -> T {
+        let row = &self.spans[self.span_off[i] as usize..self.span_off[i + 1] as usize];
+        let j = row.partition_point(|x| usize::from(x.hi) < class);
+        match row.get(j) {
+            Some(x) if usize::from(x.lo) <= class => x.target,
             _ => default,
         }
     }
 
     pub fn heap_bytes(&self) -> usize {
         (self.rows.len() + self.cells.len()) * std::mem::size_of::<(u32, T)>()
+            + self.span_off.len() * 4
+            + self.spans.len() * std::mem::size_of::<Span<T>>()
     }
 }
 
@@ -245,10 +296,14 @@ mod tests {
             let mut dense = vec![NONE; n * stride];
             let mut rows = Rows::new();
             for s in 0..n {
-                let shape = rand(4);
+                let shape = rand(5);
+                let cut = rand(stride as u64 + 1) as usize;
                 for c in 0..stride {
                     let v = match shape {
                         0 => NONE,
+                        // Two wide spans: a row kept as spans when `span_rows` is on.
+                        4 if c < cut => 3,
+                        4 => 4,
                         1 if rand(10) == 0 => rand(5) as u32,
                         1 => NONE,
                         2 if rand(8) == 0 => NONE,
@@ -262,18 +317,24 @@ mod tests {
                 }
                 rows.end_row();
             }
-            let packed = Packed::pack(&rows, stride, NONE, usize::MAX).expect("no bound");
-            for s in 0..n {
-                for c in 0..stride {
-                    assert_eq!(packed.get(s as u32, c), dense[s * stride + c], "{s} {c}");
+            for span_rows in [false, true] {
+                let packed =
+                    Packed::pack(&rows, stride, NONE, usize::MAX, span_rows).expect("no bound");
+                for s in 0..n {
+                    for c in 0..stride {
+                        let want = dense[s * stride + c];
+                        assert_eq!(packed.get(s as u32, c), want, "{s} {c} {span_rows}");
+                    }
                 }
+                // Sparse rows share the cells: well under one cell per class per state.
+                assert!(
+                    packed.cells.len() < n * stride,
+                    "{} cells",
+                    packed.cells.len()
+                );
+                // Wide rows kept as spans exactly when asked, where they are narrower.
+                assert_eq!(!packed.spans.is_empty(), span_rows && stride >= 64);
             }
-            // Sparse rows share the cells: well under one cell per class per state.
-            assert!(
-                packed.cells.len() < n * stride,
-                "{} cells",
-                packed.cells.len()
-            );
         }
     }
 }
