@@ -16,7 +16,7 @@
 //!    ([`Grammar::expansions`]), so stepping a frame by a byte never searches the grammar.
 
 use super::parse::{Ast, Expr};
-use super::table::{Packed, Rows, Span};
+use super::table::{covering, Packed, Rows, Span};
 use super::{BitSet256, Counter, Grammar, GrammarError, COUNTER_HORIZON, NONE};
 use crate::limits::Limits;
 use regex_syntax::utf8::Utf8Sequences;
@@ -788,16 +788,16 @@ fn compile_with(
     // Cells first (a lookup is two reads); past the bound, the rows whose wide spans make
     // many cells are kept as spans (a binary search), which is what brought grammars with
     // free-form values (Snowplow's, 1.6-2.3 MB as cells) under 1 MiB.
-    let pack = |span_rows| {
+    let pack = |moves: &Rows<u32>, span_rows| {
         Some((
-            Packed::pack(&moves, stride, NONE, max_bytes / 8, span_rows)?,
+            Packed::pack(moves, stride, NONE, max_bytes / 8, span_rows)?,
             Packed::pack(&expansions, stride, (0, 0), max_bytes / 12, span_rows)?,
         ))
     };
-    let (trans, packed_expansions, span_rows) = match pack(false) {
+    let (trans, packed_expansions, span_rows) = match pack(&moves, false) {
         Some((t, e)) => (t, e, false),
         None => {
-            let (t, e) = pack(true).ok_or_else(packed_too_big)?;
+            let (t, e) = pack(&moves, true).ok_or_else(packed_too_big)?;
             (t, e, true)
         }
     };
@@ -825,10 +825,7 @@ fn compile_with(
         counter_of,
     };
     if !span_rows && g.memory_usage() > max_bytes {
-        g.trans =
-            Packed::pack(&g.moves, stride, NONE, max_bytes / 8, true).ok_or_else(packed_too_big)?;
-        g.expansions = Packed::pack(&expansions, stride, (0, 0), max_bytes / 12, true)
-            .ok_or_else(packed_too_big)?;
+        (g.trans, g.expansions) = pack(&g.moves, true).ok_or_else(packed_too_big)?;
     }
     let bytes = g.memory_usage();
     if bytes > max_bytes {
@@ -1669,13 +1666,6 @@ fn build_expansions(
         pushes: Vec<u32>,
         used: usize,
         max_bytes: usize,
-    }
-    /// The value of the span of `row` that covers class `c`.
-    fn covering<T: Copy>(row: &[Span<T>], c: u16) -> Option<T> {
-        let i = row.partition_point(|x| u16::from(x.hi) < c);
-        row.get(i)
-            .filter(|x| u16::from(x.lo) <= c)
-            .map(|x| x.target)
     }
     impl Builder<'_> {
         fn spans_of(&self, s: usize) -> &[Span<(u32, u32)>] {

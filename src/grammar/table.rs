@@ -27,6 +27,14 @@ impl<T> Span<T> {
     }
 }
 
+/// The value of the span of `row` (sorted, disjoint) that covers class `class`.
+pub(crate) fn covering<T: Copy>(row: &[Span<T>], class: u16) -> Option<T> {
+    let i = row.partition_point(|x| u16::from(x.hi) < class);
+    row.get(i)
+        .filter(|x| u16::from(x.lo) <= class)
+        .map(|x| x.target)
+}
+
 /// Spans of every state, in state order: state `s`'s are `spans[off[s]..off[s + 1]]`.
 #[derive(Clone, Debug)]
 pub(crate) struct Rows<T> {
@@ -119,10 +127,9 @@ impl<T: Copy + Ord> Packed<T> {
         let n = rows.len();
         let mut span_off = vec![0u32];
         let mut spans: Vec<Span<T>> = Vec::new();
-        // The rows kept as spans: (state, index in `span_off`).
-        let mut span_row_of: Vec<(usize, u32)> = Vec::new();
-        // Each row's default (the value over most classes) and its other classes.
-        let mut defaults = Vec::with_capacity(n);
+        // Each row's (base, default): the default is the value over most classes, and the
+        // base is set when the row is placed, or marks it as kept as spans.
+        let mut rows_out: Vec<(u32, T)> = Vec::with_capacity(n);
         let mut exc_off = Vec::with_capacity(n + 1);
         let mut exc: Vec<(u8, T)> = Vec::new();
         let mut widths: Vec<(T, usize)> = Vec::new();
@@ -166,9 +173,10 @@ impl<T: Copy + Ord> Packed<T> {
                 exc.extend((next..stride).map(|c| (c as u8, absent)));
             }
             let own = exc.len() - *exc_off.last().expect("starts with 0") as usize;
+            let mut base = 0;
             if span_rows && own >= 4 && own > 2 * row.len() {
                 exc.truncate(exc.len() - own);
-                span_row_of.push((s, span_off.len() as u32 - 1));
+                base = SPAN_ROW + span_off.len() as u32 - 1;
                 spans.extend_from_slice(row);
                 span_off.push(spans.len() as u32);
                 default = absent;
@@ -176,16 +184,12 @@ impl<T: Copy + Ord> Packed<T> {
             if exc.len() > max_cells {
                 return None;
             }
-            defaults.push(default);
+            rows_out.push((base, default));
             exc_off.push(exc.len() as u32);
         }
         // Widest rows first, each at the first place its cells are free.
         let mut order: Vec<u32> = (0..n as u32).collect();
         order.sort_by_key(|&s| std::cmp::Reverse(exc_off[s as usize + 1] - exc_off[s as usize]));
-        let mut rows_out: Vec<(u32, T)> = defaults.iter().map(|&d| (0, d)).collect();
-        for &(s, i) in &span_row_of {
-            rows_out[s].0 = SPAN_ROW + i;
-        }
         let mut cells: Vec<(u32, T)> = Vec::new();
         let mut lowest_free = 0usize;
         for &s in &order {
@@ -245,11 +249,7 @@ impl<T: Copy + Ord> Packed<T> {
     /// Class `class` of span row `i`.
     fn span_get(&self, i: usize, class: usize, default: T) -> T {
         let row = &self.spans[self.span_off[i] as usize..self.span_off[i + 1] as usize];
-        let j = row.partition_point(|x| usize::from(x.hi) < class);
-        match row.get(j) {
-            Some(x) if usize::from(x.lo) <= class => x.target,
-            _ => default,
-        }
+        covering(row, class as u16).unwrap_or(default)
     }
 
     pub fn heap_bytes(&self) -> usize {
