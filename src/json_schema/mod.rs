@@ -2480,7 +2480,8 @@ fn counted_properties(
             key,
             here,
             &format!(
-                "counting optional properties: {sets} sets of them, more than the                  {MAX_PROPERTY_SETS} written out"
+                "counting optional properties: {sets} sets of them, more than the \
+                 {MAX_PROPERTY_SETS} written out"
             ),
         ));
     }
@@ -2491,18 +2492,20 @@ fn counted_properties(
         let k = k as usize;
         let mut pick: Vec<usize> = (0..k).collect();
         loop {
-            let chosen: Vec<usize> = pick.iter().map(|&i| optional[i]).collect();
-            for (i, item) in items.iter().enumerate() {
-                let present = item.2 || chosen.contains(&i);
-                if present && std::mem::replace(&mut copied[i], true) {
+            let mut present: Vec<bool> = items.iter().map(|x| x.2).collect();
+            for &i in &pick {
+                present[optional[i]] = true;
+            }
+            for i in (0..items.len()).filter(|&i| present[i]) {
+                if std::mem::replace(&mut copied[i], true) {
                     c.charge_visits(costs[i])?;
                 }
             }
             let body = items
                 .iter()
-                .enumerate()
-                .filter(|(i, x)| x.2 || chosen.contains(i))
-                .map(|(_, (name, value, _))| {
+                .zip(&present)
+                .filter(|(_, &p)| p)
+                .map(|((name, value, _), _)| {
                     (
                         Node::concat(vec![key_lit(name), colon(), value.clone()]),
                         true,
