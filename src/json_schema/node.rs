@@ -747,7 +747,10 @@ impl Node {
             counters,
             ..Gbnf::default()
         };
-        count_subtrees(self, &mut g.fingerprints, &mut g.counts);
+        let root_id = g.subtrees.of(self);
+        g.subtrees.uses[root_id as usize] += 1;
+        // Subtrees met while rendering (the free-form value's rules) are not the schema's.
+        g.subtrees.counted = true;
         let root = g.expr(self);
         if g.chain_rules > GBNF_MAX_CHAIN_RULES {
             return None;
@@ -1176,127 +1179,107 @@ const GBNF_UPTO_CHAIN: u32 = 64;
 /// against 18 of 157 with at most 16.
 const GBNF_MAX_CHAIN_RULES: usize = 16;
 
-/// A composite subtree as a map key: its structural fingerprint ([`Fingerprints`]) is the
-/// hash, so a lookup costs O(1) instead of hashing the whole subtree (the derived `Hash`
-/// walks every node below: 1,000 listed keys, each followed by extra keys whose names must
-/// avoid the 1,000 listed ones, took 16 s in release to hash in the maps below).
-#[derive(Clone, Copy)]
-struct Subtree<'a> {
-    fingerprint: u64,
-    node: &'a Node,
+/// A subtree's identity: two subtrees get the same id exactly when they are equal
+/// ([`Subtrees`]), so the maps below compare a number instead of walking the trees (the
+/// derived `Hash` and `Eq` walk every node below: 1,000 listed keys, each followed by extra
+/// keys whose names must avoid the 1,000 listed ones, took 16 s in release to hash, and
+/// deep comparisons on every lookup were a fifth of a large schema's 2 ms rendering).
+type Subtree = u32;
+
+/// A node with its children replaced by their ids: equal shapes are equal subtrees.
+#[derive(PartialEq, Eq, Hash)]
+enum Shape<'a> {
+    /// A node without children, compared as it is (a DFA by its table).
+    Leaf(&'a Node),
+    Concat(Vec<Subtree>),
+    Alt(Vec<Subtree>),
+    Repeat(Subtree, u32, Option<u32>),
+    Seq(Vec<(Subtree, bool)>, Subtree, bool),
+    List(Subtree, Subtree, u32, Option<u32>),
 }
 
-impl PartialEq for Subtree<'_> {
-    fn eq(&self, o: &Self) -> bool {
-        self.fingerprint == o.fingerprint
-            && (std::ptr::eq(self.node, o.node) || self.node == o.node)
-    }
-}
-
-impl Eq for Subtree<'_> {}
-
-impl std::hash::Hash for Subtree<'_> {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        h.write_u64(self.fingerprint);
-    }
-}
-
-/// Structural fingerprints of a tree's nodes, each computed once from its children's (by
-/// address: a subtree shared through an `Arc` is read once however often it occurs).
+/// Hash-consing of a tree's subtrees: each node's id is computed once from its children's
+/// (by address: a subtree shared through an `Arc` is read once however often it occurs).
 #[derive(Default)]
-struct Fingerprints {
-    by_address: HashMap<*const Node, u64>,
+struct Subtrees<'a> {
+    by_address: HashMap<*const Node, Subtree>,
+    ids: HashMap<Shape<'a>, Subtree>,
+    /// Per id, how often a composite subtree is the child of a distinct subtree (or the
+    /// root, counted by the caller): a repeated subtree's children are counted once, as
+    /// hoisting them again would only split what is already one rule. Leaves stay at 0.
+    uses: Vec<u32>,
+    /// Per id, whether the subtree has children.
+    composite: Vec<bool>,
+    /// Set once the schema's tree is counted: later subtrees get ids, not uses.
+    counted: bool,
 }
 
-impl Fingerprints {
-    fn of<'a>(&mut self, n: &'a Node) -> Subtree<'a> {
-        Subtree {
-            fingerprint: self.fingerprint(n),
-            node: n,
+impl<'a> Subtrees<'a> {
+    fn of(&mut self, n: &'a Node) -> Subtree {
+        if let Some(&id) = self.by_address.get(&(n as *const Node)) {
+            return id;
         }
-    }
-
-    fn fingerprint(&mut self, n: &Node) -> u64 {
-        use std::hash::{Hash, Hasher};
-        if let Some(&f) = self.by_address.get(&(n as *const Node)) {
-            return f;
-        }
-        let mut h = rustc_hash::FxHasher::default();
-        std::mem::discriminant(n).hash(&mut h);
-        match n {
-            Node::Empty | Node::Nothing | Node::AnyJson => {}
-            Node::Lit(s) => s.hash(&mut h),
-            Node::Class(r) => r.hash(&mut h),
-            Node::Automaton(d) => d.hash(&mut h),
-            Node::Concat(items) | Node::Alt(items) => {
-                items.len().hash(&mut h);
-                for i in items {
-                    h.write_u64(self.fingerprint(i));
-                }
-            }
-            Node::Repeat(item, min, max) => {
-                h.write_u64(self.fingerprint(item));
-                (min, max).hash(&mut h);
-            }
+        let shape = match n {
+            Node::Empty
+            | Node::Nothing
+            | Node::AnyJson
+            | Node::Lit(_)
+            | Node::Class(_)
+            | Node::Automaton(_) => Shape::Leaf(n),
+            Node::Concat(items) => Shape::Concat(items.iter().map(|i| self.of(i)).collect()),
+            Node::Alt(items) => Shape::Alt(items.iter().map(|i| self.of(i)).collect()),
+            Node::Repeat(item, min, max) => Shape::Repeat(self.of(item), *min, *max),
             Node::Seq {
                 items,
                 sep,
                 nonempty,
-            } => {
-                items.len().hash(&mut h);
-                for (i, required) in items {
-                    h.write_u64(self.fingerprint(i));
-                    required.hash(&mut h);
-                }
-                h.write_u64(self.fingerprint(sep));
-                nonempty.hash(&mut h);
-            }
+            } => Shape::Seq(
+                items.iter().map(|(i, r)| (self.of(i), *r)).collect(),
+                self.of(sep),
+                *nonempty,
+            ),
             Node::List {
                 item,
                 sep,
                 min,
                 max,
-            } => {
-                h.write_u64(self.fingerprint(item));
-                h.write_u64(self.fingerprint(sep));
-                (min, max).hash(&mut h);
+            } => Shape::List(self.of(item), self.of(sep), *min, *max),
+        };
+        let id = match self.ids.get(&shape) {
+            Some(&id) => id,
+            None => {
+                let id = self.ids.len() as Subtree;
+                let children: &[Subtree] = match &shape {
+                    Shape::Leaf(_) => &[],
+                    Shape::Concat(c) | Shape::Alt(c) => c,
+                    Shape::Repeat(c, ..) => std::slice::from_ref(c),
+                    Shape::Seq(items, sep, _) => {
+                        for &(c, _) in items {
+                            self.count_use(c);
+                        }
+                        std::slice::from_ref(sep)
+                    }
+                    Shape::List(item, sep, ..) => {
+                        self.count_use(*item);
+                        std::slice::from_ref(sep)
+                    }
+                };
+                for &c in children {
+                    self.count_use(c);
+                }
+                self.uses.push(0);
+                self.composite.push(!matches!(shape, Shape::Leaf(_)));
+                self.ids.insert(shape, id);
+                id
             }
-        }
-        let f = h.finish();
-        self.by_address.insert(n as *const Node, f);
-        f
+        };
+        self.by_address.insert(n as *const Node, id);
+        id
     }
-}
 
-/// Counts every composite subtree of `n` (how often each value occurs in the tree).
-fn count_subtrees<'a>(
-    n: &'a Node,
-    fingerprints: &mut Fingerprints,
-    counts: &mut HashMap<Subtree<'a>, usize>,
-) {
-    let children: Vec<&Node> = match n {
-        Node::Empty
-        | Node::Nothing
-        | Node::Lit(_)
-        | Node::Class(_)
-        | Node::Automaton(_)
-        | Node::AnyJson => return,
-        Node::Concat(items) | Node::Alt(items) => items.iter().collect(),
-        Node::Repeat(item, ..) => vec![item],
-        Node::Seq { items, sep, .. } => {
-            let mut v: Vec<&Node> = items.iter().map(|(i, _)| i).collect();
-            v.push(sep);
-            v
-        }
-        Node::List { item, sep, .. } => vec![item, sep],
-    };
-    let seen = counts.entry(fingerprints.of(n)).or_insert(0);
-    *seen += 1;
-    // A repeated subtree's children were counted on its first visit: counting them again
-    // would only hoist parts of what is already one rule.
-    if *seen == 1 {
-        for c in children {
-            count_subtrees(c, fingerprints, counts);
+    fn count_use(&mut self, child: Subtree) {
+        if !self.counted && self.composite[child as usize] {
+            self.uses[child as usize] += 1;
         }
     }
 }
@@ -1306,11 +1289,9 @@ fn count_subtrees<'a>(
 struct Gbnf<'a> {
     rules: Vec<(String, String)>,
     names: HashMap<String, String>,
-    fingerprints: Fingerprints,
-    /// How often each composite subtree occurs ([`count_subtrees`]).
-    counts: HashMap<Subtree<'a>, usize>,
+    subtrees: Subtrees<'a>,
     /// Rendered texts of subtrees that occur more than once.
-    shared: HashMap<Subtree<'a>, String>,
+    shared: HashMap<Subtree, String>,
     /// Optional parts of long counted repetitions as chains ([`GBNF_UPTO_CHAIN`]).
     chains: bool,
     /// Rules the chains made.
@@ -1341,7 +1322,7 @@ impl<'a> Gbnf<'a> {
         let e = self.expr(n);
         match n {
             Node::Lit(_) | Node::Class(_) | Node::Empty | Node::Nothing | Node::Automaton(_) => e,
-            _ if self.shared.get(&self.fingerprints.of(n)) == Some(&e) => e,
+            _ if self.shared.get(&self.subtrees.of(n)) == Some(&e) => e,
             _ => format!("({e})"),
         }
     }
@@ -1349,12 +1330,12 @@ impl<'a> Gbnf<'a> {
     /// `n`'s expression; a subtree that occurs more than once with a long text becomes a
     /// rule ([`GBNF_SHARED_MIN_BYTES`], [`GBNF_SHARED_EXPANDED_BYTES`]), written once.
     fn expr(&mut self, n: &'a Node) -> String {
-        let key = self.fingerprints.of(n);
+        let key = self.subtrees.of(n);
         if let Some(e) = self.shared.get(&key) {
             return e.clone();
         }
         let e = self.render(n);
-        if self.counts.get(&key).is_some_and(|&c| c > 1)
+        if self.subtrees.uses[key as usize] > 1
             && (e.len() >= GBNF_SHARED_MIN_BYTES
                 || expanded_len(n, GBNF_SHARED_EXPANDED_BYTES) >= GBNF_SHARED_EXPANDED_BYTES)
         {
