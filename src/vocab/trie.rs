@@ -208,6 +208,8 @@ pub(crate) struct RunMemo {
     /// Successor pairs the loop searches may still examine ([`RUN_SEARCH_WORK`] to start
     /// with); once spent, no search starts and each state keeps its chain run.
     search_left: u64,
+    /// [`Trie::ascii_representatives`] of the automaton's classes, once computed.
+    ascii: Option<Vec<(u64, u8)>>,
 }
 
 impl Default for RunMemo {
@@ -216,6 +218,7 @@ impl Default for RunMemo {
             successors: HashMap::default(),
             crowded: HashSet::default(),
             search_left: RUN_SEARCH_WORK,
+            ascii: None,
         }
     }
 }
@@ -627,10 +630,16 @@ impl Trie {
         if let Some(r) = known(t) {
             return r;
         }
+        if memo.ascii.is_none() {
+            memo.ascii = Some(Self::ascii_representatives(&class));
+        }
+        let ascii = memo.ascii.as_deref().expect("just computed");
         let mut succs = |s: u32| -> std::rc::Rc<GroupSuccessors> {
             memo.successors
                 .entry(s)
-                .or_insert_with(|| std::rc::Rc::new(Self::successors(s, dead, &next, &class)))
+                .or_insert_with(|| {
+                    std::rc::Rc::new(Self::successors(s, dead, &next, &class, ascii))
+                })
                 .clone()
         };
         // Follow the chain of single successors to a state whose run is known, a loop, a
@@ -795,7 +804,8 @@ impl Trie {
         class: impl Fn(u8) -> u8,
         done: impl Fn(u32) -> bool,
     ) -> u64 {
-        let succ = Self::successors(t, dead, &next, &class);
+        let ascii = Self::ascii_representatives(&class);
+        let succ = Self::successors(t, dead, &next, &class, &ascii);
         let not_done = succ
             .pairs
             .iter()
@@ -804,12 +814,29 @@ impl Trie {
         succ.live & !not_done
     }
 
+    /// One ASCII byte per (group, class), the lowest: the bytes of one group and one class
+    /// lead to the same state, so [`Trie::successors`] reads one of them (a schema grammar's
+    /// ~40-70 classes make ~50-80 pairs of the 128 bytes; its reads were ~1 us a state, most
+    /// of binding a large grammar to a vocabulary).
+    fn ascii_representatives(class: &impl Fn(u8) -> u8) -> Vec<(u64, u8)> {
+        let mut out: Vec<(u64, u8)> = Vec::new();
+        for b in 0..=0x7fu8 {
+            let group = Self::byte_group(b);
+            if !out.iter().any(|&(g, r)| g == group && class(r) == class(b)) {
+                out.push((group, b));
+            }
+        }
+        out
+    }
+
     /// Per character group, where the characters of `t` lead; see [`GroupSuccessors`].
+    /// `ascii`: [`Trie::ascii_representatives`] of `class`.
     fn successors(
         t: u32,
         dead: u32,
         next: &impl Fn(u32, u8) -> u32,
         class: &impl Fn(u8) -> u8,
+        ascii: &[(u64, u8)],
     ) -> GroupSuccessors {
         let (mut seen, mut died) = (0u64, 0u64);
         let mut pairs: Vec<(u8, u32)> = Vec::new();
@@ -831,8 +858,8 @@ impl Trie {
                 }
             }
         };
-        for b in 0..=0x7fu8 {
-            add(Self::byte_group(b), next(t, b), &mut pairs);
+        for &(group, b) in ascii {
+            add(group, next(t, b), &mut pairs);
         }
         // Every state the byte sequences of `ranges` (one byte per class) lead to from
         // `s`, into `out`; false when one dies or there are more than ENDS (the group is
