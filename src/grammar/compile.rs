@@ -539,11 +539,14 @@ fn compile_with(
             let set = std::mem::take(&mut sets[i]);
             let id =
                 |s: Vec<u32>, ids: &mut HashMap<Vec<u32>, u32>, sets: &mut Vec<Vec<u32>>| -> u32 {
+                    // Most sets are met again: a copy for the key only when one is new.
+                    if let Some(&n) = ids.get(&s) {
+                        return n;
+                    }
                     let n = base + sets.len() as u32;
-                    *ids.entry(s.clone()).or_insert_with(|| {
-                        sets.push(s);
-                        n
-                    })
+                    ids.insert(s.clone(), n);
+                    sets.push(s);
+                    n
                 };
             accepting.push(set.binary_search(&nend[r]).is_ok());
             rule_of.push(r as u32);
