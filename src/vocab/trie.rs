@@ -819,10 +819,14 @@ impl Trie {
     /// ~40-70 classes make ~50-80 pairs of the 128 bytes; its reads were ~1 us a state, most
     /// of binding a large grammar to a vocabulary).
     fn ascii_representatives(class: &impl Fn(u8) -> u8) -> Vec<(u64, u8)> {
+        // Per class, the groups already represented.
+        let mut taken = [0u64; 256];
         let mut out: Vec<(u64, u8)> = Vec::new();
         for b in 0..=0x7fu8 {
             let group = Self::byte_group(b);
-            if !out.iter().any(|&(g, r)| g == group && class(r) == class(b)) {
+            let seen = &mut taken[usize::from(class(b))];
+            if *seen & group == 0 {
+                *seen |= group;
                 out.push((group, b));
             }
         }
