@@ -1249,6 +1249,9 @@ struct Compiler<'a> {
     /// Whether some object took extra keys because its schema left `additionalProperties`
     /// out ([`SchemaOptions::extra_keys`]).
     implicit_extra_keys: bool,
+    /// Each `format`'s content node, parsed once per schema: large configuration schemas
+    /// repeat `date-time` or `uri` in dozens of properties.
+    formats: rustc_hash::FxHashMap<&'static str, Node>,
 }
 
 impl<'a> Compiler<'a> {
@@ -1272,6 +1275,7 @@ impl<'a> Compiler<'a> {
             options,
             avoided_keys: None,
             implicit_extra_keys: false,
+            formats: rustc_hash::FxHashMap::default(),
         }
     }
 
@@ -1975,7 +1979,13 @@ impl<'a> Compiler<'a> {
         }
         if let Some(f) = m.get("format").and_then(Value::as_str) {
             match string::format_regex(f) {
-                Some(re) => contents.push((string::exact_content(re), "format")),
+                Some(re) => {
+                    let n = self
+                        .formats
+                        .entry(re)
+                        .or_insert_with(|| string::exact_content(re));
+                    contents.push((n.clone(), "format"));
+                }
                 None if KNOWN_FORMATS.contains(&f) => {
                     return Err(unsupported(
                         "format",
