@@ -208,8 +208,47 @@ pub(crate) struct RunMemo {
     /// Successor pairs the loop searches may still examine ([`RUN_SEARCH_WORK`] to start
     /// with); once spent, no search starts and each state keeps its chain run.
     search_left: u64,
-    /// [`Trie::ascii_representatives`] of the automaton's classes, once computed.
-    ascii: Option<Vec<(u64, u8)>>,
+    /// [`Representatives`] of the automaton's classes, once computed.
+    representatives: Option<Representatives>,
+}
+
+/// The bytes [`Trie::successors`] reads: one per (character group, byte class), the
+/// lowest, and for a lead byte per (group, class, continuation range) too. Bytes that agree
+/// on those lead to the same states, so reading one of them gives the same successors (a
+/// schema grammar's ~40-70 classes make ~50-80 ASCII pairs of the 128 bytes and ~20 of the
+/// 51 leads; reading every byte was ~1 us a state, most of binding a large grammar to a
+/// vocabulary).
+#[derive(Debug)]
+pub(crate) struct Representatives {
+    ascii: Vec<(u64, u8)>,
+    leads: Vec<(u64, u8)>,
+}
+
+impl Representatives {
+    fn new(class: &impl Fn(u8) -> u8) -> Self {
+        // Per class, the groups already represented.
+        let mut taken = [0u64; 256];
+        let mut ascii = Vec::new();
+        for b in 0..=0x7fu8 {
+            let group = Trie::byte_group(b);
+            let seen = &mut taken[usize::from(class(b))];
+            if *seen & group == 0 {
+                *seen |= group;
+                ascii.push((group, b));
+            }
+        }
+        let mut leads: Vec<(u64, u8)> = Vec::new();
+        for lead in 0xc2..=0xf4u8 {
+            let group = Trie::byte_group(lead);
+            let second = Trie::utf8_second(lead);
+            if !leads.iter().any(|&(g, l)| {
+                g == group && class(l) == class(lead) && Trie::utf8_second(l) == second
+            }) {
+                leads.push((group, lead));
+            }
+        }
+        Representatives { ascii, leads }
+    }
 }
 
 impl Default for RunMemo {
@@ -218,7 +257,7 @@ impl Default for RunMemo {
             successors: HashMap::default(),
             crowded: HashSet::default(),
             search_left: RUN_SEARCH_WORK,
-            ascii: None,
+            representatives: None,
         }
     }
 }
@@ -630,16 +669,14 @@ impl Trie {
         if let Some(r) = known(t) {
             return r;
         }
-        if memo.ascii.is_none() {
-            memo.ascii = Some(Self::ascii_representatives(&class));
+        if memo.representatives.is_none() {
+            memo.representatives = Some(Representatives::new(&class));
         }
-        let ascii = memo.ascii.as_deref().expect("just computed");
+        let reps = memo.representatives.as_ref().expect("just computed");
         let mut succs = |s: u32| -> std::rc::Rc<GroupSuccessors> {
             memo.successors
                 .entry(s)
-                .or_insert_with(|| {
-                    std::rc::Rc::new(Self::successors(s, dead, &next, &class, ascii))
-                })
+                .or_insert_with(|| std::rc::Rc::new(Self::successors(s, dead, &next, &class, reps)))
                 .clone()
         };
         // Follow the chain of single successors to a state whose run is known, a loop, a
@@ -804,8 +841,8 @@ impl Trie {
         class: impl Fn(u8) -> u8,
         done: impl Fn(u32) -> bool,
     ) -> u64 {
-        let ascii = Self::ascii_representatives(&class);
-        let succ = Self::successors(t, dead, &next, &class, &ascii);
+        let reps = Representatives::new(&class);
+        let succ = Self::successors(t, dead, &next, &class, &reps);
         let not_done = succ
             .pairs
             .iter()
@@ -814,33 +851,14 @@ impl Trie {
         succ.live & !not_done
     }
 
-    /// One ASCII byte per (group, class), the lowest: the bytes of one group and one class
-    /// lead to the same state, so [`Trie::successors`] reads one of them (a schema grammar's
-    /// ~40-70 classes make ~50-80 pairs of the 128 bytes; its reads were ~1 us a state, most
-    /// of binding a large grammar to a vocabulary).
-    fn ascii_representatives(class: &impl Fn(u8) -> u8) -> Vec<(u64, u8)> {
-        // Per class, the groups already represented.
-        let mut taken = [0u64; 256];
-        let mut out: Vec<(u64, u8)> = Vec::new();
-        for b in 0..=0x7fu8 {
-            let group = Self::byte_group(b);
-            let seen = &mut taken[usize::from(class(b))];
-            if *seen & group == 0 {
-                *seen |= group;
-                out.push((group, b));
-            }
-        }
-        out
-    }
-
     /// Per character group, where the characters of `t` lead; see [`GroupSuccessors`].
-    /// `ascii`: [`Trie::ascii_representatives`] of `class`.
+    /// `reps`: [`Representatives`] of `class`.
     fn successors(
         t: u32,
         dead: u32,
         next: &impl Fn(u32, u8) -> u32,
         class: &impl Fn(u8) -> u8,
-        ascii: &[(u64, u8)],
+        reps: &Representatives,
     ) -> GroupSuccessors {
         let (mut seen, mut died) = (0u64, 0u64);
         let mut pairs: Vec<(u8, u32)> = Vec::new();
@@ -862,7 +880,7 @@ impl Trie {
                 }
             }
         };
-        for &(group, b) in ascii {
+        for &(group, b) in &reps.ascii {
             add(group, next(t, b), &mut pairs);
         }
         // Every state the byte sequences of `ranges` (one byte per class) lead to from
@@ -936,7 +954,7 @@ impl Trie {
         let mut out = Vec::new();
         // Leads of one length mostly reach one state: its ends are found once (the last).
         let mut last: Option<(u32, (u8, u8), usize, bool)> = None;
-        for lead in 0xc2..=0xf4u8 {
+        for &(group, lead) in &reps.leads {
             let Some((second, k)) = Self::utf8_second(lead) else {
                 continue;
             };
@@ -954,10 +972,10 @@ impl Trie {
             };
             if ok {
                 for &n in &out {
-                    add(Self::byte_group(lead), n, &mut pairs);
+                    add(group, n, &mut pairs);
                 }
             } else {
-                add(Self::byte_group(lead), dead, &mut pairs);
+                add(group, dead, &mut pairs);
             }
         }
         let live = seen & !died;
@@ -1042,6 +1060,57 @@ mod tests {
                 }
             }
             assert_eq!(GroupSuccessors::single_of(&pairs), want, "{pairs:?}");
+        }
+    }
+
+    /// Reading one byte per [`Representatives`] entry gives the successors that reading
+    /// every byte gives, on random automata over random byte classes (classes that split
+    /// groups, continuation bytes that die or diverge).
+    #[test]
+    fn representative_bytes_give_the_successors_of_every_byte() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rand = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let every = Representatives {
+            ascii: (0..=0x7fu8).map(|b| (Trie::byte_group(b), b)).collect(),
+            leads: (0xc2..=0xf4u8).map(|b| (Trie::byte_group(b), b)).collect(),
+        };
+        for _ in 0..300 {
+            let n_classes = 1 + rand(40) as u8;
+            // Classes as runs of bytes, as an automaton's are.
+            let mut classes = [0u8; 256];
+            let mut c = 0u8;
+            for b in classes.iter_mut() {
+                if rand(6) == 0 {
+                    c = (c + 1) % n_classes;
+                }
+                *b = c;
+            }
+            let states = 2 + rand(8) as u32;
+            // State 0 is dead, and rare: a character's every byte must stay alive for its
+            // group to count.
+            // Most bytes keep the state, so that the states a character reaches depend on
+            // which of its bytes it takes.
+            let table: Vec<u32> = (0..states * u32::from(n_classes))
+                .map(|i| match rand(50) {
+                    0 => 0,
+                    1..=35 => i / u32::from(n_classes),
+                    _ => 1 + rand(u64::from(states - 1)) as u32,
+                })
+                .collect();
+            let class = |b: u8| classes[usize::from(b)];
+            let next =
+                |s: u32, b: u8| table[(s * u32::from(n_classes) + u32::from(class(b))) as usize];
+            let reps = Representatives::new(&class);
+            for t in 1..states {
+                let want = Trie::successors(t, 0, &next, &class, &every);
+                let got = Trie::successors(t, 0, &next, &class, &reps);
+                assert_eq!((got.live, &got.pairs), (want.live, &want.pairs));
+            }
         }
     }
 
