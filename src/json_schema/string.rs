@@ -987,6 +987,39 @@ mod tests {
         assert_eq!(none.unwrap(), Node::Nothing);
     }
 
+    /// Brute force: every string of up to 4 characters over a small alphabet, against random
+    /// sets of names over it (prefixes of each other, a quote, a 2-byte character).
+    #[test]
+    fn none_of_takes_every_string_but_the_names() {
+        let alphabet = ['a', 'b', '"', 'é'];
+        let mut strings = vec![String::new()];
+        let mut layer = vec![String::new()];
+        for _ in 0..4 {
+            layer = layer
+                .iter()
+                .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+                .collect();
+            strings.extend(layer.iter().cloned());
+        }
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut rand = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..60 {
+            let names: Vec<&str> = (0..1 + rand(5))
+                .map(|_| strings[rand(strings.len() as u64 / 4) as usize].as_str())
+                .collect();
+            let n = none_of(&names);
+            for s in &strings {
+                let want = !names.contains(&s.as_str());
+                assert_eq!(n.matches(s.as_bytes()), want, "{names:?} {s:?}");
+            }
+        }
+    }
+
     #[test]
     fn none_of_excludes_exactly_the_names() {
         let n = none_of(&["ab", "a", "b\"c"]);
