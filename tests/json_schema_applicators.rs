@@ -2,7 +2,8 @@
 //! against the `jsonschema` crate: `not` of each keyword the compiler negates, at the root
 //! and at several depths, beside other keywords and inside `anyOf`/`allOf`/`oneOf`/`$ref`;
 //! `oneOf` as each branch and not the others; `dependentRequired`, `dependentSchemas`,
-//! `dependencies` and `if`/`then`/`else` as branches. Every candidate instance, serialized
+//! `dependencies` and `if`/`then`/`else` as branches; `patternProperties` with disjoint
+//! patterns of different schemas. Every candidate instance, serialized
 //! canonically, is accepted only when the validator accepts it, and, for schemas whose
 //! values are scalars (where the compiled language is every valid value's canonical text),
 //! exactly then; random walks through the automaton give only values the validator accepts.
@@ -214,6 +215,46 @@ fn all_of_two_patterns_or_two_steps_is_exact() {
     )
     .unwrap_err();
     assert!(e.message().contains("must be a string"), "{}", e.message());
+}
+
+/// `patternProperties` whose patterns have different value schemas: each key takes the
+/// schema of the one pattern it matches, when no key can match two (decided by DFA
+/// intersection); patterns a key can match at once are refused, naming the keyword.
+#[test]
+fn pattern_properties_with_disjoint_patterns_take_each_patterns_schema() {
+    let pool: Vec<Value> = composites().into_iter().chain(scalars()).collect();
+    for schema in [
+        json!({"type": "object", "additionalProperties": false,
+               "patternProperties": {"^a": {"type": "integer"}, "^e": {"type": "string"}}}),
+        json!({"type": "object", "additionalProperties": false,
+               "patternProperties": {"^a$": {"type": "integer", "minimum": 2}, "^(b|x)$": {"enum": ["a", null]},
+                                     "r$": {"type": "boolean"}}}),
+        json!({"type": "object", "properties": {"b": {"type": "string"}},
+               "patternProperties": {"^a": {"type": "null"}, "^x": {"type": ["integer", "boolean"]}}}),
+    ] {
+        let accepted = check(&schema, &pool, false);
+        assert!(accepted > 0, "{schema}: accepts none of the candidates");
+    }
+    for (schema, why) in [
+        (
+            json!({"patternProperties": {"a": {"type": "integer"}, "^a": {"type": "string"}}}),
+            "one key can match",
+        ),
+        (
+            json!({"patternProperties": (0..9).map(|i| (format!("^{i}"), json!({"minimum": i}))).collect::<serde_json::Map<_, _>>()}),
+            "at most 8",
+        ),
+    ] {
+        let e = JsonSchema::compile(&schema, "guided_json")
+            .err()
+            .unwrap_or_else(|| panic!("{schema} compiled"));
+        assert!(
+            e.message().contains("`patternProperties`"),
+            "{schema}: {}",
+            e.message()
+        );
+        assert!(e.message().contains(why), "{schema}: {}", e.message());
+    }
 }
 
 /// `oneOf` whose branches overlap: each branch and not the others, exact where the

@@ -110,9 +110,11 @@
 //!   `writeOnly`, `contentEncoding`/`contentMediaType`/`contentSchema` from draft 2019-09 on,
 //!   `if` without `then` or `else`, `then`/`else` without `if`, and keywords JSON Schema
 //!   does not define (`nullable`, `x-...`), which validators ignore too.
-//! - `patternProperties` when no listed property matches a pattern, all patterns share one
-//!   schema and no other extra keys are allowed: keys matching a pattern (encoded as for
-//!   `pattern`) after the listed properties.
+//! - `patternProperties` when no listed property matches a pattern, no key can match two
+//!   patterns with different schemas (DFA intersection, up to 8 such patterns) and no other
+//!   extra keys are allowed: keys matching a pattern (encoded as for `pattern`), each with
+//!   its pattern's schema, among the listed properties where the values are small schemas
+//!   (up to 16 subschemas), else after them.
 //! - `if`/`then`/`else` as branches: `if` and `then`, or `not if` (as `not` above) and
 //!   `else`; two conditionals under one `allOf` as the product of their branches.
 //! - Refused (except beside `enum`/`const`): `contains`, other `patternProperties`,
@@ -2165,9 +2167,9 @@ impl<'a> Compiler<'a> {
     fn object(&mut self, m: &Map<String, Value>) -> R<Node> {
         let here = self.here();
         // patternProperties: keys matching a pattern, when no listed key matches one (it would
-        // need both schemas), there is one value schema for all patterns (a key matching two
-        // would need both), and no other extra keys are allowed (they would need "matches no
-        // pattern").
+        // need both schemas), the patterns share one value schema or no key matches two of
+        // them (it would need both schemas; disjointness is decided by DFA intersection), and
+        // no other extra keys are allowed (they would need "matches no pattern").
         let patterns: Vec<(String, Value)> = match m.get("patternProperties") {
             None => Vec::new(),
             Some(Value::Object(pp)) => pp.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
@@ -2189,11 +2191,32 @@ impl<'a> Compiler<'a> {
         }
         if !patterns.is_empty() {
             if patterns.iter().any(|(_, s)| *s != patterns[0].1) {
-                return Err(unsupported(
-                    "patternProperties",
-                    &here,
-                    "several patterns with different schemas",
-                ));
+                // Snowplow's enriched events: `^contexts_.*` and `^unstruct_event_.*`. Each
+                // pair is a product of two DFAs (each under the automaton bounds): the
+                // patterns are capped so that the pairs stay few.
+                if patterns.len() > MAX_DISJOINT_PATTERNS {
+                    return Err(unsupported(
+                        "patternProperties",
+                        &here,
+                        &format!(
+                            "{} patterns with different schemas (at most \
+                             {MAX_DISJOINT_PATTERNS}, the disjoint patterns limit)",
+                            patterns.len()
+                        ),
+                    ));
+                }
+                for (i, a) in pattern_nodes.iter().enumerate() {
+                    for b in &pattern_nodes[i + 1..] {
+                        let both = Node::intersect(a, b, &self.limits);
+                        if !matches!(both, Ok(Node::Nothing)) {
+                            return Err(unsupported(
+                                "patternProperties",
+                                &here,
+                                "several patterns with different schemas that one key can match",
+                            ));
+                        }
+                    }
+                }
             }
             if m.get("additionalProperties")
                 .is_some_and(|a| *a != Value::Bool(false))
@@ -2412,18 +2435,7 @@ impl<'a> Compiler<'a> {
                 // so those extra keys follow the listed ones, as a canonical instance has
                 // them when their names sort last.
                 if extra_max.is_none() && !seq_items.is_empty() && free_value {
-                    // Extra keys anywhere among the listed ones, as a canonical (sorted)
-                    // instance has them: a group before the first listed key present, and
-                    // after each one present. Each extra key belongs to the listed key
-                    // before it, so a text has one parse.
-                    let trailing = Node::repeat(Node::concat(vec![sep(), item.clone()]), 0, None);
-                    for (listed, _) in &mut seq_items {
-                        *listed = Node::concat(vec![
-                            std::mem::replace(listed, Node::Empty),
-                            trailing.clone(),
-                        ]);
-                    }
-                    seq_items.insert(0, (Node::list(item, sep(), 1, None), false));
+                    among_listed(&mut seq_items, item);
                 } else {
                     let min_extra = if nonempty && listed == r && r < min_p {
                         min_p - r
@@ -2442,17 +2454,64 @@ impl<'a> Compiler<'a> {
                     "a pattern that matches a listed property",
                 ));
             }
-            let key = Node::alt(pattern_nodes.iter().map(string::string_node).collect());
-            let value = self.at("patternProperties", |c| c.schema(&patterns[0].1))?;
-            if value != Node::Nothing && extra_max != Some(0) {
-                let item = Node::concat(vec![key, colon(), value]);
-                seq_items.push((Node::list(item, sep(), 1, extra_max), false));
+            // One item per value schema, its key any of the patterns that have it (disjoint
+            // from the other items' patterns, checked above).
+            let mut items = Vec::new();
+            let before = self.visits;
+            let mut done = vec![false; patterns.len()];
+            for i in 0..patterns.len() {
+                if done[i] {
+                    continue;
+                }
+                let mut keys = Vec::new();
+                for j in i..patterns.len() {
+                    if patterns[j].1 == patterns[i].1 {
+                        done[j] = true;
+                        keys.push(string::string_node(&pattern_nodes[j]));
+                    }
+                }
+                let value = self.at("patternProperties", |c| c.schema(&patterns[i].1))?;
+                items.push(Node::concat(vec![Node::alt(keys), colon(), value]));
+            }
+            let item = Node::alt(items);
+            // Among the listed keys, as extra keys with a free-form value are, when the values
+            // are small schemas (each listed key's position takes a copy): a canonical
+            // (sorted) instance has `I_foo` and `S_foo` before `foo`.
+            let small = self.visits - before <= MAX_INTERLEAVED_PATTERN_VISITS;
+            if item != Node::Nothing && extra_max != Some(0) {
+                if extra_max.is_none() && !seq_items.is_empty() && small {
+                    among_listed(&mut seq_items, item);
+                } else {
+                    seq_items.push((Node::list(item, sep(), 1, extra_max), false));
+                }
             }
         }
         let body = Node::seq(seq_items, sep(), nonempty && r == 0);
         Ok(Node::concat(vec![Node::lit("{"), body, Node::lit("}")]))
     }
 }
+
+/// Keys of `item` anywhere among the listed ones (`seq_items`), as a canonical (sorted)
+/// instance has them: a group before the first listed key present, and after each one
+/// present. Each such key belongs to the listed key before it, so a text has one parse.
+fn among_listed(seq_items: &mut Vec<(Node, bool)>, item: Node) {
+    let trailing = Node::repeat(Node::concat(vec![sep(), item.clone()]), 0, None);
+    for (listed, _) in seq_items.iter_mut() {
+        *listed = Node::concat(vec![
+            std::mem::replace(listed, Node::Empty),
+            trailing.clone(),
+        ]);
+    }
+    seq_items.insert(0, (Node::list(item, sep(), 1, None), false));
+}
+
+/// Most subschema visits the values of `patternProperties` may take for their keys to go
+/// among the listed keys rather than after them (a copy at each listed key's position).
+const MAX_INTERLEAVED_PATTERN_VISITS: usize = 16;
+
+/// Most `patternProperties` patterns with different value schemas, each pair checked for a
+/// key both match (28 products of two pattern DFAs at most).
+const MAX_DISJOINT_PATTERNS: usize = 8;
 
 /// Most sets of optional properties an object with `minProperties`/`maxProperties` is written
 /// out as (each an alternative with those properties required and the others absent).
