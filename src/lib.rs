@@ -36,6 +36,8 @@ pub mod model;
 pub mod quant;
 pub mod regex;
 pub mod sampling;
+#[cfg(test)]
+mod test_rng;
 pub mod tokenizer;
 pub mod vocab;
 

@@ -1996,13 +1996,8 @@ mod tests {
 
     #[test]
     fn minimization_agrees_with_moores_refinement_on_random_tables() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rand = |m: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % m
-        };
+        let mut rng = crate::test_rng::XorShift::new(0x9e37_79b9_7f4a_7c15u64);
+        let mut rand = move |m: u64| rng.below(m);
         let mut merged = 0;
         for round in 0..2_000 {
             let n = 1 + rand(40) as usize;
@@ -2091,12 +2086,10 @@ ch ::= [^"\\\x00-\x1F] | "\\" (["\\nt] | "u" [0-9a-f]{4})"#;
         let pieces = [
             "a", "\"", "\\n", "\\u00e9", "\\x", "é", "中", "😀", "\u{1}", "\\",
         ];
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rng = crate::test_rng::XorShift::new(0x2545_f491_4f6c_dd1du64);
         let mut checked = 0;
         for _ in 0..20_000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
+            let seed = rng.next();
             let n = (seed % 15) as usize;
             let mut body = String::new();
             let mut x = seed;

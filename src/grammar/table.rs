@@ -284,13 +284,8 @@ mod tests {
     /// shape: empty, sparse, dense with one common value, several values.
     #[test]
     fn packed_lookups_equal_the_dense_rows() {
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut rand = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = crate::test_rng::XorShift::new(0x9E37_79B9_7F4A_7C15u64);
+        let mut rand = move |n: u64| rng.below(n);
         for stride in [1usize, 2, 7, 64, 97, 256] {
             let n = 300;
             let mut dense = vec![NONE; n * stride];

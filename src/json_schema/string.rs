@@ -929,15 +929,7 @@ mod tests {
     fn constrained_strings_take_the_canonical_text_of_exactly_the_allowed_values() {
         let limits = Limits::DEFAULT;
         let alphabet = ['a', '"', '\\', '\n', '\u{1}', '\u{1f}', 'é', '😀', '/', 'b'];
-        let mut values = vec![String::new()];
-        let mut layer = vec![String::new()];
-        for _ in 0..4 {
-            layer = layer
-                .iter()
-                .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
-                .collect();
-            values.extend(layer.iter().cloned());
-        }
+        let values = strings_over(&alphabet, 4);
         let cases: [(&[&str], u32, Option<u32>); 5] = [
             (&["^a[\\x00-\\x1f\"\\\\]*b?$"], 2, Some(3)),
             (&["[^a]"], 0, Some(2)),
@@ -987,27 +979,27 @@ mod tests {
         assert_eq!(none.unwrap(), Node::Nothing);
     }
 
-    /// Brute force: every string of up to 4 characters over a small alphabet, against random
-    /// sets of names over it (prefixes of each other, a quote, a 2-byte character).
-    #[test]
-    fn none_of_takes_every_string_but_the_names() {
-        let alphabet = ['a', 'b', '"', 'é'];
-        let mut strings = vec![String::new()];
+    /// Every string over `alphabet` of at most `max_len` characters, shortest first.
+    fn strings_over(alphabet: &[char], max_len: usize) -> Vec<String> {
+        let mut out = vec![String::new()];
         let mut layer = vec![String::new()];
-        for _ in 0..4 {
+        for _ in 0..max_len {
             layer = layer
                 .iter()
                 .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
                 .collect();
-            strings.extend(layer.iter().cloned());
+            out.extend(layer.iter().cloned());
         }
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut rand = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        out
+    }
+
+    /// Brute force: every string of up to 4 characters over a small alphabet, against random
+    /// sets of names over it (prefixes of each other, a quote, a 2-byte character).
+    #[test]
+    fn none_of_takes_every_string_but_the_names() {
+        let strings = strings_over(&['a', 'b', '"', 'é'], 4);
+        let mut rng = crate::test_rng::XorShift::new(0x2545_F491_4F6C_DD1Du64);
+        let mut rand = move |n: u64| rng.below(n);
         for _ in 0..60 {
             let names: Vec<&str> = (0..1 + rand(5))
                 .map(|_| strings[rand(strings.len() as u64 / 4) as usize].as_str())

@@ -480,13 +480,8 @@ mod tests {
     /// at 1e-5 relative, as above.
     #[test]
     fn kernels_match_the_oracle_on_random_blocks() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
-        };
+        let mut rng = crate::test_rng::XorShift::new(0x2545_f491_4f6c_dd1du64);
+        let mut rnd = move || (rng.next() >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0;
         for ty in [QuantType::Q2_K, QuantType::Q3_K, QuantType::IQ4_NL] {
             let case = super::super::oracle::cases(ty)
                 .into_iter()
@@ -562,13 +557,8 @@ mod tests {
     /// and input counts (tiles of 4 and remainders), at 1e-5 relative (sums in another order).
     #[test]
     fn kernels_match_the_reference_dot() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        };
+        let mut rng = crate::test_rng::XorShift::new(0x9e37_79b9_7f4a_7c15u64);
+        let mut rnd = move || (rng.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
         for ty in super::super::ALL_TYPES {
             let cols = if ty.block_len() == 256 { 512 } else { 96 };
             for (rows, t) in [(1, 1), (5, 3), (8, 4), (3, 9)] {

@@ -1031,13 +1031,8 @@ mod tests {
     /// lead to (every pair of the group goes there), lowest on a tie.
     #[test]
     fn single_successor_is_the_one_most_whole_groups_lead_to() {
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut rand = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = crate::test_rng::XorShift::new(0x2545_F491_4F6C_DD1Du64);
+        let mut rand = move |n: u64| rng.below(n);
         for _ in 0..2000 {
             let groups = 1 + rand(64);
             let states = 1 + rand(6) as u32;
@@ -1068,13 +1063,8 @@ mod tests {
     /// groups, continuation bytes that die or diverge).
     #[test]
     fn representative_bytes_give_the_successors_of_every_byte() {
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut rand = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = crate::test_rng::XorShift::new(0x9E37_79B9_7F4A_7C15u64);
+        let mut rand = move |n: u64| rng.below(n);
         let every = Representatives {
             ascii: (0..=0x7fu8).map(|b| (Trie::byte_group(b), b)).collect(),
             leads: (0xc2..=0xf4u8).map(|b| (Trie::byte_group(b), b)).collect(),
