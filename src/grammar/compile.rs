@@ -1765,6 +1765,9 @@ fn build_expansions(
         spans: Vec<Span<(u32, u32)>>,
         entries: Vec<(u32, u32, u32)>,
         pushes: Vec<u32>,
+        /// Each list of entries made so far, by content ([`Builder::list_key`]); its
+        /// keys are counted in `used` while the lists are built.
+        lists: HashMap<Vec<u32>, (u32, u32)>,
         used: usize,
         max_bytes: usize,
     }
@@ -1824,6 +1827,17 @@ fn build_expansions(
                 })
         }
 
+        /// The content of entries `a..b` as a map key: each entry's top state, push count
+        /// and pushes.
+        fn list_key(&self, (a, b): (u32, u32)) -> Vec<u32> {
+            let mut key = Vec::new();
+            for &(top, p, len) in &self.entries[a as usize..b as usize] {
+                key.extend([top, len]);
+                key.extend_from_slice(&self.pushes[p as usize..(p + len) as usize]);
+            }
+            key
+        }
+
         fn expand(&mut self, s: usize) -> Result<(), usize> {
             if self.at[s].0 != NONE {
                 return Ok(());
@@ -1848,6 +1862,7 @@ fn build_expansions(
             for w in points.windows(2) {
                 let (p, q) = (w[0], w[1]);
                 let (from, pushes_from) = (self.entries.len(), self.pushes.len());
+                let used_before = self.used;
                 for k in a..b {
                     let (callee, ret) = self.call_edges[k];
                     let cs = self.call_start[callee as usize] as usize;
@@ -1861,25 +1876,49 @@ fn build_expansions(
                         }
                     }
                 }
-                let range = (from as u32, self.entries.len() as u32);
+                let mut range = (from as u32, self.entries.len() as u32);
                 if range.0 == range.1 {
                     continue;
                 }
-                match mine.last_mut() {
-                    Some(prev) if u16::from(prev.hi) + 1 == p && self.same(prev.target, range) => {
+                if let Some(prev) = mine.last_mut() {
+                    if u16::from(prev.hi) + 1 == p && self.same(prev.target, range) {
                         prev.hi = (q - 1) as u8;
                         self.entries.truncate(from);
                         self.pushes.truncate(pushes_from);
-                    }
-                    _ => {
-                        self.used += 12;
-                        mine.push(Span {
-                            lo: p as u8,
-                            hi: (q - 1) as u8,
-                            target: range,
-                        });
+                        self.used = used_before;
+                        continue;
                     }
                 }
+                // A list made before (another state calling the same rules with the same
+                // returns) is read where it is: the lists of the corpus' largest grammars are
+                // ~40 % distinct (Snowplow sp_137: 7,599 lists, 4,767 distinct; 29,330
+                // entries, 16,211 of them in distinct lists). Not one this row already reads:
+                // a value over several spans would become the row's default when packed, and
+                // the classes left out of it (no expansion) cells that pack badly (sp_137's
+                // expansions: 0.66 MB instead of 0.33).
+                let key = self.list_key(range);
+                match self.lists.get(&key) {
+                    Some(&known) if mine.iter().all(|x| x.target != known) => {
+                        self.entries.truncate(from);
+                        self.pushes.truncate(pushes_from);
+                        self.used = used_before;
+                        range = known;
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.used += key.len() * 4;
+                        if self.used > self.max_bytes {
+                            return Err(s);
+                        }
+                        self.lists.insert(key, range);
+                    }
+                }
+                self.used += 12;
+                mine.push(Span {
+                    lo: p as u8,
+                    hi: (q - 1) as u8,
+                    target: range,
+                });
             }
             if self.used > self.max_bytes {
                 return Err(s);
@@ -1901,6 +1940,7 @@ fn build_expansions(
         spans: Vec::new(),
         entries: Vec::new(),
         pushes: Vec::new(),
+        lists: HashMap::default(),
         used,
         max_bytes,
     };
