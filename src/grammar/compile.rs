@@ -823,6 +823,19 @@ fn compile_with(
         build_bytes,
     )
     .map_err(|s| too_big_to_build(&ast.rules[rule_of[s] as usize].name))?;
+    // A cell holds where its list starts, plus one (0: no list), and a bit marks each list's
+    // last entry: 8 bytes a cell instead of 12 for the range (lists are stored once each
+    // and never overlap, [`build_expansions`]).
+    let mut list_ends = vec![0u64; entries.len().div_ceil(64)];
+    let mut expansion_rows: Rows<u32> = Rows::new();
+    for s in 0..n {
+        for x in expansions.row(s) {
+            let (a, z) = x.target;
+            list_ends[(z as usize - 1) / 64] |= 1 << ((z - 1) % 64);
+            expansion_rows.push(x.lo, x.hi, a + 1);
+        }
+        expansion_rows.end_row();
+    }
 
     // First bytes, by class span: a class is a run of bytes from its first (`reps`) to the
     // next class's, so a span is one byte range.
@@ -866,7 +879,7 @@ fn compile_with(
     let pack = |moves: &Rows<u32>, span_rows| {
         Some((
             Packed::pack(moves, stride, NONE, max_bytes / 8, span_rows)?,
-            Packed::pack(&expansions, stride, (0, 0), max_bytes / 12, span_rows)?,
+            Packed::pack(&expansion_rows, stride, 0, max_bytes / 8, span_rows)?,
         ))
     };
     let (trans, packed_expansions, span_rows) = match pack(&moves, false) {
@@ -888,6 +901,7 @@ fn compile_with(
         call_off,
         call_edges,
         expansions: packed_expansions,
+        list_ends,
         entries,
         pushes,
         byte_sets,

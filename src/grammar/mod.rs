@@ -221,9 +221,11 @@ pub struct Grammar {
     /// Calls of state `s`: `call_edges[call_off[s]..call_off[s + 1]]`, (rule, return state).
     pub(crate) call_off: Vec<u32>,
     pub(crate) call_edges: Vec<(u32, u32)>,
-    /// Per state and byte class, a range of `entries` (empty: none) = (top state, pushes
+    /// Per state and byte class, where a list of `entries` starts plus one (0: none), the
+    /// list ending at the next entry marked in `list_ends`; an entry is (top state, pushes
     /// start, pushes length) into `pushes`: where the byte leads through calls.
-    pub(crate) expansions: table::Packed<(u32, u32)>,
+    pub(crate) expansions: table::Packed<u32>,
+    pub(crate) list_ends: Vec<u64>,
     pub(crate) entries: Vec<(u32, u32, u32)>,
     pub(crate) pushes: Vec<u32>,
     /// The distinct byte sets of `first_of` and `call_first_of` (a few hundred at most on
@@ -379,6 +381,7 @@ impl Grammar {
         self.moves.heap_bytes()
             + self.trans.heap_bytes()
             + self.expansions.heap_bytes()
+            + self.list_ends.len() * 8
             + self.accepting.len() * (1 + 4 + 4 + 4 + 4 + 4)
             + self.byte_sets.len() * 32
             + self.follow.len() * 32
@@ -426,8 +429,18 @@ impl Grammar {
     /// pushes length) into `pushes`.
     #[inline]
     pub(crate) fn expansion(&self, s: u32, class: usize) -> &[(u32, u32, u32)] {
-        let (a, z) = self.expansions.get(s, class);
-        &self.entries[a as usize..z as usize]
+        let a = match self.expansions.get(s, class) {
+            0 => return &[],
+            start => start as usize - 1,
+        };
+        // The list's last entry: the first marked at or after its start.
+        let mut w = a / 64;
+        let mut bits = self.list_ends[w] & (u64::MAX << (a % 64));
+        while bits == 0 {
+            w += 1;
+            bits = self.list_ends[w];
+        }
+        &self.entries[a..=w * 64 + bits.trailing_zeros() as usize]
     }
 
     /// Bytes `s` can consume without returning (directly or through calls).
