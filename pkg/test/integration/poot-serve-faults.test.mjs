@@ -324,6 +324,8 @@ test("(h) --api-key: Bearer auth on every route but /health", async () => {
 
 test("(i) a full queue answers 503 before compiling the constraint", async () => {
   const before = await health();
+  // Printed first: when the wait below fails, its message has only the health after.
+  console.log(`(i) before ${JSON.stringify(before)}`);
   // One run generating and two waiting fill the queue of 2.
   const body = { prompt: "Once upon a time", max_tokens: 4000, temperature: 0, logit_bias: endless };
   const running = await rawSend(rawPost("/v1/completions", body));
@@ -344,7 +346,7 @@ test("(i) a full queue answers 503 before compiling the constraint", async () =>
   // 15 s: one make test run (1 in 8 runs here) saw this not happen within 5 s on a loaded
   // machine; the cause is not known (see the session note), so the health is printed.
   const now = await waitHealth((h) => h.finished >= before.finished + 3 && !h.busy && h.queued === 0, 15000);
-  console.log(`(i) before ${JSON.stringify(before)}; after ${JSON.stringify(now)}`);
+  console.log(`(i) after ${JSON.stringify(now)}`);
   assert.equal(now.cancelled, before.cancelled + 3);
   // With room again the same request is compiled, and refused for what it is.
   const again = await post(port, "/v1/chat/completions", {
