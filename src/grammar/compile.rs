@@ -42,8 +42,9 @@ struct Nfa<'a> {
     /// [`Limits::grammar_automaton_bytes`].
     max_bytes: usize,
     /// The entry of inlined rule `r`'s copy that continues at state `t`, by `(r, t)`: one
-    /// copy per continuation. Not charged: one entry per inlined reference built, which the
-    /// costing above bounds with the states they add.
+    /// copy per continuation. An entry is paid for by the states its copy made, or charged
+    /// an edge's bytes when the copy is empty (many empty rules before one state would
+    /// otherwise be entries without a charge).
     copies: HashMap<(u32, u32), u32>,
     /// The state that reads the continuation bytes `ranges` (pairs, zero after the last;
     /// a continuation byte is never 0) of a UTF-8 sequence into state `t`, by `(t, ranges)`.
@@ -107,6 +108,10 @@ impl Nfa<'_> {
                 }
                 let rules = self.rules;
                 let from = self.build(&rules[*rule].body, to)?;
+                if from == to {
+                    // An empty copy made nothing: its entry is what is charged.
+                    self.charge(NFA_EDGE_BYTES)?;
+                }
                 self.copies.insert((*rule as u32, to), from);
                 Ok(from)
             }
@@ -169,14 +174,18 @@ impl Nfa<'_> {
             Expr::Literal(bytes) => bytes.len().saturating_mul(NFA_STATE_BYTES + NFA_EDGE_BYTES),
             Expr::Class { ranges, negated } => chars_cost(&char_ranges(ranges, *negated)),
             Expr::Any => chars_cost(&char_ranges(&[(0, 0x10FFFF)], false)),
-            Expr::Ref(rule) if self.inline[*rule] => match memo[*rule] {
-                Some(c) => c,
-                None => {
-                    let c = self.cost(&self.rules[*rule].body, memo);
-                    memo[*rule] = Some(c);
-                    c
-                }
-            },
+            Expr::Ref(rule) if self.inline[*rule] => {
+                let c = match memo[*rule] {
+                    Some(c) => c,
+                    None => {
+                        let c = self.cost(&self.rules[*rule].body, memo);
+                        memo[*rule] = Some(c);
+                        c
+                    }
+                };
+                // A copy that builds nothing is charged its entry in `copies`.
+                c.max(NFA_EDGE_BYTES)
+            }
             Expr::Ref(_) => NFA_STATE_BYTES + NFA_EDGE_BYTES,
             Expr::Seq(items) => items
                 .iter()
@@ -2178,6 +2187,12 @@ mod tests {
 
     /// The NFA states of `text` with every rule but `root` inlined.
     fn inlined_nfa_states(text: &str) -> usize {
+        inlined_nfa(text).0
+    }
+
+    /// The NFA states and bytes charged of `text` with every rule but `root` inlined, and
+    /// the bytes [`Nfa::cost`] gave for it.
+    fn inlined_nfa(text: &str) -> (usize, usize, usize) {
         let ast = super::super::parse::parse(text, &Limits::DEFAULT).unwrap();
         let inline: Vec<bool> = (0..ast.rules.len()).map(|r| r != ast.root).collect();
         let mut nfa = Nfa {
@@ -2191,7 +2206,24 @@ mod tests {
         };
         let end = nfa.add().ok().unwrap();
         nfa.build(&ast.rules[ast.root].body, end).ok().unwrap();
-        nfa.states.len()
+        let cost =
+            NFA_STATE_BYTES + nfa.cost(&ast.rules[ast.root].body, &mut vec![None; ast.rules.len()]);
+        (nfa.states.len(), nfa.bytes_used, cost)
+    }
+
+    #[test]
+    fn empty_copies_are_charged() {
+        // Four empty rules before one byte: four entries in `copies` and no state of their
+        // own; each is charged an edge, and the costing counts them too.
+        let (states, bytes, cost) =
+            inlined_nfa("root ::= a b c d \"x\"\na ::= \"\"\nb ::= \"\"\nc ::= \"\"\nd ::= \"\"");
+        assert_eq!(states, 2);
+        let expected = 2 * NFA_STATE_BYTES + NFA_EDGE_BYTES + 4 * NFA_EDGE_BYTES;
+        assert_eq!((bytes, cost), (expected, expected));
+        // One rule used twice with one continuation: one entry, charged once; the costing
+        // counts every use.
+        let (_, bytes, cost) = inlined_nfa("root ::= (a | a) \"x\"\na ::= \"\"");
+        assert_eq!(bytes + NFA_EDGE_BYTES, cost);
     }
 
     #[test]
