@@ -146,6 +146,11 @@ impl Nfa<'_> {
                         again
                     }
                     Some(max) => {
+                        // Charged even when it adds no state (`max == min`): every visit of
+                        // a bounded repetition costs, so nested counts of an empty item
+                        // (`(("" ""){1000}){1000}`) pass the bound in the costing instead of
+                        // being visited a billion times for free.
+                        self.charge(NFA_EDGE_BYTES)?;
                         // (e (e ...)?)?: each optional copy may be the last.
                         let mut cur = to;
                         for _ in *min..*max {
@@ -201,7 +206,8 @@ impl Nfa<'_> {
                     None => (NFA_STATE_BYTES + 2 * NFA_EDGE_BYTES).saturating_add(one),
                     Some(max) => (NFA_STATE_BYTES + 2 * NFA_EDGE_BYTES)
                         .saturating_add(one)
-                        .saturating_mul(max.saturating_sub(*min) as usize),
+                        .saturating_mul(max.saturating_sub(*min) as usize)
+                        .saturating_add(NFA_EDGE_BYTES),
                 };
                 required.saturating_add(rest)
             }
