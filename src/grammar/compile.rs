@@ -164,7 +164,14 @@ impl Nfa<'_> {
                     }
                 };
                 for _ in 0..*min {
+                    let before = self.bytes_used;
                     cur = self.build(expr, cur)?;
+                    if self.bytes_used == before {
+                        // An iteration that charged nothing (an empty item, or copies made
+                        // before) is charged an edge, so that a count of 1,000 of them
+                        // inside another count is not a million free visits.
+                        self.charge(NFA_EDGE_BYTES)?;
+                    }
                 }
                 Ok(cur)
             }
@@ -201,7 +208,8 @@ impl Nfa<'_> {
             }),
             Expr::Repeat { expr, min, max } => {
                 let one = self.cost(expr, memo);
-                let required = one.saturating_mul(*min as usize);
+                // A required iteration that charges nothing is charged an edge.
+                let required = one.max(NFA_EDGE_BYTES).saturating_mul(*min as usize);
                 let rest = match max {
                     None => (NFA_STATE_BYTES + 2 * NFA_EDGE_BYTES).saturating_add(one),
                     Some(max) => (NFA_STATE_BYTES + 2 * NFA_EDGE_BYTES)
@@ -2238,6 +2246,26 @@ mod tests {
         // counts every use.
         let (_, bytes, cost) = inlined_nfa("root ::= (a | a) \"x\"\na ::= \"\"");
         assert_eq!(bytes + NFA_EDGE_BYTES, cost);
+    }
+
+    #[test]
+    fn iterations_of_an_empty_item_are_charged() {
+        // Three required iterations that build nothing: each is charged an edge, as is the
+        // bounded count itself, and the costing says the same.
+        let (states, bytes, cost) = inlined_nfa("root ::= (\"\" \"\"){3} \"x\"");
+        assert_eq!(states, 2);
+        let expected = 2 * NFA_STATE_BYTES + NFA_EDGE_BYTES + 4 * NFA_EDGE_BYTES;
+        assert_eq!((bytes, cost), (expected, expected));
+        // Two such counts nested pass the automaton bound in the costing alone.
+        let ast = super::super::parse::parse(
+            "root ::= ((\"\" \"\"){1000}){1000} \"x\"",
+            &Limits::DEFAULT,
+        )
+        .unwrap();
+        match compile(&ast, &Limits::DEFAULT, &mut 0) {
+            Err(e) => assert!(e.limit, "{}", e.message),
+            Ok(_) => panic!("two nested counts of 1,000 empty items compiled"),
+        }
     }
 
     #[test]
