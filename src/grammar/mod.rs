@@ -57,7 +57,13 @@ mod compile;
 pub(crate) mod engine;
 pub(crate) use compile::COUNTER_FROM;
 mod parse;
+mod print;
 mod table;
+
+#[cfg(test)]
+pub(crate) use parse::parse;
+pub(crate) use parse::{Ast, Expr, Rule};
+pub(crate) use print::expr_len;
 
 use crate::error::{Error, Result};
 
@@ -352,18 +358,29 @@ impl Grammar {
         compile::compile(&ast, limits, &mut 0).map_err(|e| e.into_error(text))
     }
 
-    /// Compiles a grammar this crate generated (a JSON Schema's [`gbnf`](crate::json_schema::JsonSchema::gbnf)),
-    /// whose text the caller has already bounded; the error names the reason when it passes
-    /// [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES) or fails to compile.
-    /// `spent`: the determinization work of the request's earlier attempts, which this one
-    /// adds to (one budget for every rendering of one schema).
-    pub(crate) fn from_generated(
-        text: &str,
+    /// Compiles rules this crate built (a JSON Schema's, [`Ast::to_gbnf`] is their text),
+    /// whose size the caller has already bounded; the error names the reason when they pass
+    /// [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES), nest deeper than
+    /// [`Limits::grammar_depth`](crate::limits::Limits::grammar_depth) (as parsing their
+    /// text would refuse) or fail to compile. `spent`: the determinization work of the
+    /// request's earlier attempts, which this one adds to (one budget for every rendering of
+    /// one schema).
+    pub(crate) fn from_rules(
+        ast: &Ast,
         limits: &crate::limits::Limits,
         spent: &mut u64,
     ) -> std::result::Result<Self, String> {
-        let ast = parse::parse(text, limits).map_err(|e| e.message)?;
-        compile::compile(&ast, limits, spent).map_err(|e| e.message)
+        if let Some(rule) = ast
+            .rules
+            .iter()
+            .find(|r| !parse::depth_within(&r.body, limits.grammar_depth))
+        {
+            return Err(format!(
+                "nests rule `{}` deeper than the limit of {} levels",
+                rule.name, limits.grammar_depth
+            ));
+        }
+        compile::compile(ast, limits, spent).map_err(|e| e.message)
     }
 
     /// Number of DFA states over all rules.

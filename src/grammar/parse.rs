@@ -38,7 +38,7 @@ pub(crate) enum Expr {
 }
 
 /// A rule: its name, where it is defined, and its body.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Rule {
     pub name: String,
     /// Byte offset of the definition's name (for errors).
@@ -48,10 +48,21 @@ pub(crate) struct Rule {
 
 /// The parsed grammar: every rule (referenced rules have an index even before their
 /// definition) and the index of `root`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Ast {
     pub rules: Vec<Rule>,
     pub root: usize,
+}
+
+/// Whether `e`'s tree is at most `levels` deep, counted as the parser counts it
+/// ([`Limits::grammar_depth`]: a leaf is 1, a sequence, an alternation or a repetition one
+/// more than its deepest part). Never descends past `levels`.
+pub(crate) fn depth_within(e: &Expr, levels: u32) -> bool {
+    match e {
+        Expr::Literal(_) | Expr::Class { .. } | Expr::Any | Expr::Ref(_) => levels >= 1,
+        Expr::Seq(v) | Expr::Alt(v) => levels >= 2 && v.iter().all(|x| depth_within(x, levels - 1)),
+        Expr::Repeat { expr, .. } => levels >= 2 && depth_within(expr, levels - 1),
+    }
 }
 
 /// Parses GBNF text. Errors carry the byte offset where they were found.

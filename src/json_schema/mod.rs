@@ -145,12 +145,14 @@
 //! optional keys where the automaton does not; [`JsonSchema::regex`] renders one for export).
 //! A schema with free-form values, or whose DFA would pass that bound (many optional
 //! properties, nested arrays of objects: the DFA holds every combination at once), runs
-//! instead as the pushdown grammar of [`JsonSchema::gbnf`] (at most
-//! [`MAX_SCHEMA_REGEX_BYTES`] of text), the same language, on the `guided_grammar` engine
+//! instead as the pushdown grammar of [`JsonSchema::gbnf`] (rules built from the IR, whose
+//! text would be at most [`MAX_SCHEMA_REGEX_BYTES`]; the text is written only for export),
+//! the same language, on the `guided_grammar` engine
 //! under [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES) and its per-step
 //! work budget; [`JsonSchema::automaton`] says which. Only a schema past both is a 400.
 
 mod dependencies;
+mod gbnf;
 mod judge;
 mod negate;
 mod node;
@@ -390,7 +392,8 @@ impl JsonSchema {
         Dfa::from_nfa(&nfa, field, shown, limits)
     }
 
-    /// The same language as a pushdown grammar ([`Node::to_gbnf`]) under
+    /// The same language as a pushdown grammar ([`Node::gbnf_rules`], compiled without
+    /// writing their text) under
     /// [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES), for a schema whose
     /// DFA passed its bound. A DFA must hold every combination of an object's optional keys
     /// and nested states at once (a schema with a few dozen properties and free-form values
@@ -409,23 +412,26 @@ impl JsonSchema {
         // blocks the smaller one, rendered and tried only when the chains' rules pass the
         // automaton limit. The text is generated, so it is bounded too.
         let mut why = None;
-        let mut last: Option<String> = None;
-        let chains = std::iter::once_with(|| node.to_gbnf());
-        let blocked = std::iter::once_with(|| node.to_gbnf_blocked());
-        for gbnf in std::iter::once(node.to_gbnf_counted())
+        let mut last: Option<crate::grammar::Ast> = None;
+        let chains = std::iter::once_with(|| node.gbnf_rules());
+        let blocked = std::iter::once_with(|| node.gbnf_rules_blocked());
+        for rules in std::iter::once(node.gbnf_rules_counted())
             .chain(chains)
             .chain(blocked)
         {
-            if last.as_ref() == Some(&gbnf) {
+            // Bounded as the exported text would be (counted, not written).
+            let text_bytes = rules.gbnf_len(usize::MAX);
+            // Compiled as that text would parse: the same numbering, so the same automaton.
+            let rules = rules.numbered_as_parsed();
+            if last.as_ref() == Some(&rules) {
                 continue;
             }
-            if gbnf.len() > MAX_SCHEMA_REGEX_BYTES {
+            if text_bytes > MAX_SCHEMA_REGEX_BYTES {
                 why = Some(format!(
-                    "is {} bytes of GBNF, over the {MAX_SCHEMA_REGEX_BYTES}-byte limit",
-                    gbnf.len()
+                    "is {text_bytes} bytes of GBNF, over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
                 ));
             } else {
-                match Grammar::from_generated(&gbnf, limits, spent) {
+                match Grammar::from_rules(&rules, limits, spent) {
                     Ok(grammar) => return Ok(grammar),
                     Err(e) => why = Some(e),
                 }
@@ -434,7 +440,7 @@ impl JsonSchema {
                     break;
                 }
             }
-            last = Some(gbnf);
+            last = Some(rules);
         }
         let why = why.expect("at least one grammar was tried");
         let e = match dfa_error {

@@ -2,7 +2,8 @@
 //!
 //! - [`Node::to_regex`]: regex-syntax text, the "compiled regex" the spec bounds at 256 KiB.
 //! - [`Node::to_nfa`]: a Thompson NFA built directly, determinized by [`crate::regex::Dfa`].
-//! - [`Node::to_gbnf`]: a llama.cpp GBNF grammar for remote engines.
+//! - [`Node::gbnf_rules`] (`gbnf.rs`): grammar rules for the grammar engine, whose text
+//!   ([`Node::to_gbnf`]) is the llama.cpp GBNF export for remote engines.
 //!
 //! All three describe the same language. Two constructs exist only so that the NFA and the
 //! grammar need not repeat an item the way a regex must: [`Node::Seq`] (the properties of an
@@ -18,7 +19,7 @@
 //! ([`Node::to_regex`] fails on it).
 
 use crate::limits::Limits;
-use crate::regex::{CharTransitions, Dfa, Refusal, DEAD};
+use crate::regex::{Dfa, Refusal, DEAD};
 use regex_automata::nfa::thompson::{self, Builder, Transition, NFA};
 use regex_automata::util::primitives::StateID;
 use regex_syntax::utf8::Utf8Sequences;
@@ -712,55 +713,6 @@ impl Node {
         b.finish_pattern(start)?;
         Ok(b.build(start, start)?)
     }
-
-    /// Renders a GBNF grammar whose `root` rule accepts exactly this language: long counted
-    /// repetitions as chains ([`GBNF_UPTO_CHAIN`]) unless those take more than
-    /// [`GBNF_MAX_CHAIN_RULES`] rules, then as nested blocks. Every count stays within
-    /// llama.cpp's repetition limit, so this is the grammar to export.
-    pub(crate) fn to_gbnf(&self) -> String {
-        self.gbnf_with(true, false)
-            .unwrap_or_else(|| self.to_gbnf_blocked())
-    }
-
-    /// [`Node::to_gbnf`] with every long counted repetition as nested blocks: fewer, larger
-    /// rules than the chains, for when those pass an automaton limit.
-    pub(crate) fn to_gbnf_blocked(&self) -> String {
-        self.gbnf_with(false, false)
-            .expect("without chains there is no chain bound")
-    }
-
-    /// [`Node::to_gbnf`] with every repetition past
-    /// [`COUNTER_FROM`](crate::grammar::COUNTER_FROM) written as one count, which our grammar
-    /// engine keeps as a counter: the local engine's grammar (llama.cpp expands counts,
-    /// refusing them past 2,000). The shorter counts are chains, or nested blocks past the
-    /// chains' rule bound, as in [`Node::to_gbnf`].
-    pub(crate) fn to_gbnf_counted(&self) -> String {
-        self.gbnf_with(true, true)
-            .or_else(|| self.gbnf_with(false, true))
-            .expect("without chains there is no chain bound")
-    }
-
-    /// The grammar, or None when its chains take more than [`GBNF_MAX_CHAIN_RULES`] rules.
-    fn gbnf_with(&self, chains: bool, counters: bool) -> Option<String> {
-        let mut g = Gbnf {
-            chains,
-            counters,
-            ..Gbnf::default()
-        };
-        let root_id = g.subtrees.of(self);
-        g.subtrees.uses[root_id as usize] += 1;
-        // Subtrees met while rendering (the free-form value's rules) are not the schema's.
-        g.subtrees.counted = true;
-        let root = g.expr(self);
-        if g.chain_rules > GBNF_MAX_CHAIN_RULES {
-            return None;
-        }
-        let mut out = format!("root ::= {root}\n");
-        for (name, body) in &g.rules {
-            let _ = writeln!(out, "{name} ::= {body}");
-        }
-        Some(out)
-    }
 }
 
 /// Deepest nesting [`Node::matches`] follows inside a [`Node::AnyJson`] (each level is a
@@ -1096,640 +1048,6 @@ fn nfa_node(b: &mut Builder, n: &Node) -> Result<Frag, Box<thompson::BuildError>
     }
 }
 
-/// A subexpression that occurs more than once is written once, as a rule, when its text is
-/// at least this long: "any key but the listed ones" repeats the string tail after every
-/// branch of its trie (100+ copies for six names), and a free-form value repeats in every
-/// property that takes one, so a grammar engine (or llama.cpp) would otherwise build each
-/// copy's states again. Shorter texts stay inline, where they cost less than a rule call.
-const GBNF_SHARED_MIN_BYTES: usize = 48;
-
-/// A subexpression that occurs more than once is also a rule when its text, with every
-/// counted repetition written out, is at least this long: `"\"" char{0,25} "\""` is 26
-/// bytes of GBNF but 25 copies of a JSON string character (~15 DFA states each) wherever it
-/// is inlined. Nine such strings in one object took the grammar past the automaton limit
-/// with the character inlined, so it compiled with a call per character, and each string
-/// position's first mask cost ~12 ms (Github_medium o43971); as one rule per length, the
-/// character stays inlined and each position is walked once for every property of that
-/// length.
-const GBNF_SHARED_EXPANDED_BYTES: usize = 256;
-
-/// The GBNF text length of `n` with its counted repetitions written out (an estimate, for
-/// [`GBNF_SHARED_EXPANDED_BYTES`]); stops counting past `cap`.
-fn expanded_len(n: &Node, cap: usize) -> usize {
-    let sum = |items: &mut dyn Iterator<Item = &Node>| {
-        let mut total = 0usize;
-        for i in items {
-            total = total.saturating_add(expanded_len(i, cap));
-            if total >= cap {
-                break;
-            }
-        }
-        total
-    };
-    match n {
-        Node::Empty | Node::Nothing => 2,
-        // A rule per state, ~16 bytes of text each at least.
-        Node::Automaton(d) => d.state_count().saturating_mul(16).min(cap),
-        Node::AnyJson => 8,
-        Node::Lit(s) => s.len() + 2,
-        Node::Class(r) => 2 + 8 * r.len(),
-        Node::Concat(items) | Node::Alt(items) => sum(&mut items.iter()),
-        Node::Repeat(item, min, max) => {
-            let copies = max.unwrap_or(*min).max(*min).max(1) as usize;
-            expanded_len(item, cap).saturating_mul(copies).min(cap)
-        }
-        Node::Seq { items, sep, .. } => {
-            sum(&mut items.iter().map(|(i, _)| i).chain(std::iter::once(&**sep)))
-        }
-        Node::List { item, sep, max, .. } => {
-            let copies = max.unwrap_or(1).max(1) as usize;
-            sum(&mut [&**item, &**sep].into_iter())
-                .saturating_mul(copies)
-                .min(cap)
-        }
-    }
-}
-
-/// States an automaton's grammar writes inside one another (each reached from one place
-/// only) before one gets a rule of its own: each level is a group, an alternation and a
-/// sequence, so 24 levels stay well within the grammar's nesting bounds.
-const GBNF_AUTOMATON_NESTING: usize = 24;
-
-/// A counted repetition with a larger upper bound is written as nested blocks of
-/// [`GBNF_BLOCK`] repetitions ([`Gbnf::repeat`]), so no rule holds more than this many copies
-/// of its item: `maxLength: 32767` becomes four levels of blocks instead of 32,767 copies of
-/// a string character (past llama.cpp's limit of 2000, ours of
-/// [`MAX_GRAMMAR_REPETITION`](crate::limits::MAX_GRAMMAR_REPETITION), and 1 MiB of
-/// automaton).
-const GBNF_BLOCKED_REPEAT: u32 = 64;
-
-/// Items per block in a long counted repetition.
-const GBNF_BLOCK: u32 = 16;
-
-/// An optional part of a counted repetition of at most this many [`GBNF_BLOCK`]s (1,039
-/// items) is a chain of one rule per block ([`Gbnf::repeat`]); a longer one is nested
-/// blocks, whose rule count grows with the logarithm instead. The whole grammar's bound,
-/// [`GBNF_MAX_CHAIN_RULES`], is tighter: past 16 blocks (271 items) every count in the
-/// schema is nested blocks.
-const GBNF_UPTO_CHAIN: u32 = 64;
-
-/// A schema whose chains would take more rules than this is written with nested blocks
-/// only: on JSONSchemaBench, 104 of the 118 grammars with more than 32 chain rules passed
-/// the automaton limit and compiled a second time as blocks (compile p99 59 -> 90 ms),
-/// against 18 of 157 with at most 16.
-const GBNF_MAX_CHAIN_RULES: usize = 16;
-
-/// A subtree's identity: two subtrees get the same id exactly when they are equal
-/// ([`Subtrees`]), so the maps below compare a number instead of walking the trees (the
-/// derived `Hash` and `Eq` walk every node below: 1,000 listed keys, each followed by extra
-/// keys whose names must avoid the 1,000 listed ones, took 16 s in release to hash, and
-/// deep comparisons on every lookup were a fifth of a large schema's 2 ms rendering).
-type Subtree = u32;
-
-/// A node with its children replaced by their ids: equal shapes are equal subtrees.
-#[derive(PartialEq, Eq, Hash)]
-enum Shape<'a> {
-    /// A node without children, compared as it is (a DFA by its table).
-    Leaf(&'a Node),
-    Concat(Vec<Subtree>),
-    Alt(Vec<Subtree>),
-    Repeat(Subtree, u32, Option<u32>),
-    Seq(Vec<(Subtree, bool)>, Subtree, bool),
-    List(Subtree, Subtree, u32, Option<u32>),
-}
-
-/// Hash-consing of a tree's subtrees: each node's id is computed once from its children's
-/// (by address: a subtree shared through an `Arc` is read once however often it occurs).
-#[derive(Default)]
-struct Subtrees<'a> {
-    by_address: HashMap<*const Node, Subtree>,
-    ids: HashMap<Shape<'a>, Subtree>,
-    /// Per id, how often a composite subtree is the child of a distinct subtree (or the
-    /// root, counted by the caller): a repeated subtree's children are counted once, as
-    /// hoisting them again would only split what is already one rule. Leaves stay at 0.
-    uses: Vec<u32>,
-    /// Per id, whether the subtree has children.
-    composite: Vec<bool>,
-    /// Set once the schema's tree is counted: later subtrees get ids, not uses.
-    counted: bool,
-}
-
-impl<'a> Subtrees<'a> {
-    fn of(&mut self, n: &'a Node) -> Subtree {
-        if let Some(&id) = self.by_address.get(&(n as *const Node)) {
-            return id;
-        }
-        let shape = match n {
-            Node::Empty
-            | Node::Nothing
-            | Node::AnyJson
-            | Node::Lit(_)
-            | Node::Class(_)
-            | Node::Automaton(_) => Shape::Leaf(n),
-            Node::Concat(items) => Shape::Concat(items.iter().map(|i| self.of(i)).collect()),
-            Node::Alt(items) => Shape::Alt(items.iter().map(|i| self.of(i)).collect()),
-            Node::Repeat(item, min, max) => Shape::Repeat(self.of(item), *min, *max),
-            Node::Seq {
-                items,
-                sep,
-                nonempty,
-            } => Shape::Seq(
-                items.iter().map(|(i, r)| (self.of(i), *r)).collect(),
-                self.of(sep),
-                *nonempty,
-            ),
-            Node::List {
-                item,
-                sep,
-                min,
-                max,
-            } => Shape::List(self.of(item), self.of(sep), *min, *max),
-        };
-        let id = match self.ids.get(&shape) {
-            Some(&id) => id,
-            None => {
-                let id = self.ids.len() as Subtree;
-                let children: &[Subtree] = match &shape {
-                    Shape::Leaf(_) => &[],
-                    Shape::Concat(c) | Shape::Alt(c) => c,
-                    Shape::Repeat(c, ..) => std::slice::from_ref(c),
-                    Shape::Seq(items, sep, _) => {
-                        for &(c, _) in items {
-                            self.count_use(c);
-                        }
-                        std::slice::from_ref(sep)
-                    }
-                    Shape::List(item, sep, ..) => {
-                        self.count_use(*item);
-                        std::slice::from_ref(sep)
-                    }
-                };
-                for &c in children {
-                    self.count_use(c);
-                }
-                self.uses.push(0);
-                self.composite.push(!matches!(shape, Shape::Leaf(_)));
-                self.ids.insert(shape, id);
-                id
-            }
-        };
-        self.by_address.insert(n as *const Node, id);
-        id
-    }
-
-    fn count_use(&mut self, child: Subtree) {
-        if !self.counted && self.composite[child as usize] {
-            self.uses[child as usize] += 1;
-        }
-    }
-}
-
-/// GBNF rendering state: hoisted rules, deduplicated by content.
-#[derive(Default)]
-struct Gbnf<'a> {
-    rules: Vec<(String, String)>,
-    names: HashMap<String, String>,
-    subtrees: Subtrees<'a>,
-    /// Rendered texts of subtrees that occur more than once.
-    shared: HashMap<Subtree, String>,
-    /// Optional parts of long counted repetitions as chains ([`GBNF_UPTO_CHAIN`]).
-    chains: bool,
-    /// Rules the chains made.
-    chain_rules: usize,
-    /// Repetitions past [`COUNTER_FROM`](crate::grammar::COUNTER_FROM) as one count.
-    counters: bool,
-    /// Each automaton's start rule ([`Gbnf::automaton`]), so an automaton used twice (one
-    /// `$defs` string in several properties) is written once.
-    automata: HashMap<&'a Dfa, String>,
-    /// The rule of [`Node::AnyJson`], once rendered.
-    any_json: Option<String>,
-}
-
-impl<'a> Gbnf<'a> {
-    /// A rule named after `hint` with this body (an existing one when the body repeats).
-    fn rule(&mut self, hint: &str, body: String) -> String {
-        if let Some(name) = self.names.get(&body) {
-            return name.clone();
-        }
-        let name = format!("{hint}{}", self.rules.len() + 1);
-        self.names.insert(body.clone(), name.clone());
-        self.rules.push((name.clone(), body));
-        name
-    }
-
-    /// An expression for `n` that can be followed by a quantifier or juxtaposed.
-    fn atom(&mut self, n: &'a Node) -> String {
-        let e = self.expr(n);
-        match n {
-            Node::Lit(_) | Node::Class(_) | Node::Empty | Node::Nothing | Node::Automaton(_) => e,
-            _ if self.shared.get(&self.subtrees.of(n)) == Some(&e) => e,
-            _ => format!("({e})"),
-        }
-    }
-
-    /// `n`'s expression; a subtree that occurs more than once with a long text becomes a
-    /// rule ([`GBNF_SHARED_MIN_BYTES`], [`GBNF_SHARED_EXPANDED_BYTES`]), written once.
-    fn expr(&mut self, n: &'a Node) -> String {
-        let key = self.subtrees.of(n);
-        if let Some(e) = self.shared.get(&key) {
-            return e.clone();
-        }
-        let e = self.render(n);
-        if self.subtrees.uses[key as usize] > 1
-            && (e.len() >= GBNF_SHARED_MIN_BYTES
-                || expanded_len(n, GBNF_SHARED_EXPANDED_BYTES) >= GBNF_SHARED_EXPANDED_BYTES)
-        {
-            let name = self.rule("shared", e);
-            self.shared.insert(key, name.clone());
-            return name;
-        }
-        e
-    }
-
-    /// An automaton as a right-linear grammar over characters: for each state at a
-    /// character boundary, alternatives of a character class (the characters whose UTF-8
-    /// bytes lead to one target, [`Dfa::char_transitions`]) and the target; `""` where the
-    /// state accepts. A state's loop on itself is a `*` before its exits, a target that
-    /// accepts and goes nowhere is left out, and a target reached from one place only is
-    /// written there in parentheses ([`GBNF_AUTOMATON_NESTING`] deep at most), so rules are
-    /// the start and the states where paths meet. Only a cycle through several states makes
-    /// rules recursive (a stack frame per round of the cycle here; llama.cpp keeps no frame
-    /// for a call at the end of an alternative). Returns the start's rule name.
-    ///
-    /// Each rule is a call in our grammar engine, a few states of its own: an automaton of a
-    /// few thousand states where paths meet (a pattern times a length counter) passes
-    /// [`GRAMMAR_AUTOMATON_BYTES`](crate::limits::GRAMMAR_AUTOMATON_BYTES) there.
-    fn automaton(&mut self, d: &'a Dfa) -> String {
-        if let Some(name) = self.automata.get(d) {
-            return name.clone();
-        }
-        let n = d.state_count();
-        // The states at character boundaries, breadth first from the start (a state inside a
-        // multi-byte character has no transitions by character).
-        let mut trans = Vec::new();
-        let mut seen = vec![false; n];
-        seen[d.index(d.start())] = true;
-        let mut queue = vec![d.start()];
-        while let Some(s) = queue.pop() {
-            let t = d.char_transitions(s);
-            for (target, _) in &t {
-                if !std::mem::replace(&mut seen[d.index(*target)], true) {
-                    queue.push(*target);
-                }
-            }
-            trans.push((s, t));
-        }
-        trans.sort_by_key(|(s, _)| *s);
-        let mut row = vec![usize::MAX; n];
-        for (k, (s, _)) in trans.iter().enumerate() {
-            row[d.index(*s)] = k;
-        }
-        let mut is_final = vec![false; n];
-        let mut refs = vec![0u32; n];
-        for (s, t) in &trans {
-            is_final[d.index(*s)] = d.is_accepting(*s) && t.is_empty();
-            for (target, _) in t {
-                if target != s {
-                    refs[d.index(*target)] += 1;
-                }
-            }
-        }
-        // A rule for the start and for every state reached from several places; a state
-        // reached from one place is written there, in parentheses, up to a nesting depth.
-        let start = d.index(d.start());
-        let mut own_rule = vec![false; n];
-        for (s, _) in &trans {
-            let i = d.index(*s);
-            own_rule[i] = !is_final[i] && (i == start || refs[i] != 1);
-        }
-        let mut roots: Vec<usize> = (0..n).filter(|&i| own_rule[i]).collect();
-        while let Some(root) = roots.pop() {
-            let mut stack = vec![(root, 0usize)];
-            while let Some((i, depth)) = stack.pop() {
-                for (target, _) in &trans[row[i]].1 {
-                    let t = d.index(*target);
-                    if t == i || own_rule[t] || is_final[t] {
-                        continue;
-                    }
-                    if depth + 1 > GBNF_AUTOMATON_NESTING {
-                        own_rule[t] = true;
-                        roots.push(t);
-                    } else {
-                        stack.push((t, depth + 1));
-                    }
-                }
-            }
-        }
-        // Name every rule before any body refers to it.
-        let mut names = vec![String::new(); n];
-        let mut slots = Vec::new();
-        for (s, _) in &trans {
-            let i = d.index(*s);
-            if own_rule[i] {
-                let name = format!("dfa{}", self.rules.len() + 1);
-                slots.push((i, self.rules.len()));
-                self.rules.push((name.clone(), String::new()));
-                names[i] = name;
-            }
-        }
-        // The expression of state `i`: its loop, then its exits.
-        fn body(
-            i: usize,
-            d: &Dfa,
-            trans: &[(u32, CharTransitions)],
-            row: &[usize],
-            own_rule: &[bool],
-            is_final: &[bool],
-            names: &[String],
-        ) -> String {
-            let (s, t) = &trans[row[i]];
-            let mut own_loop = None;
-            let mut alts = Vec::new();
-            for (target, ranges) in t {
-                let class = gbnf_class(&normalize(ranges.clone()));
-                let j = d.index(*target);
-                if target == s {
-                    own_loop = Some(class);
-                } else if is_final[j] {
-                    alts.push(class);
-                } else if own_rule[j] {
-                    alts.push(format!("{class} {}", names[j]));
-                } else {
-                    let inner = body(j, d, trans, row, own_rule, is_final, names);
-                    alts.push(format!("{class} ({inner})"));
-                }
-            }
-            if d.is_accepting(*s) {
-                alts.push("\"\"".to_owned());
-            }
-            let exits = alts.join(" | ");
-            match own_loop {
-                None => exits,
-                Some(l) if exits == "\"\"" => format!("{l}*"),
-                Some(l) => format!("{l}* ({exits})"),
-            }
-        }
-        for (i, slot) in slots {
-            self.rules[slot].1 = body(i, d, &trans, &row, &own_rule, &is_final, &names);
-        }
-        let name = if is_final[start] {
-            "\"\"".to_owned()
-        } else {
-            names[start].clone()
-        };
-        self.automata.insert(d, name.clone());
-        name
-    }
-
-    /// `item{min,max}`; past [`GBNF_BLOCKED_REPEAT`], nested blocks of
-    /// [`GBNF_BLOCK`] (see [`Gbnf::repeat`]).
-    fn counted(&mut self, item: &'a Node, min: u32, max: Option<u32>) -> String {
-        let mut a = self.atom(item);
-        if max.unwrap_or(min) > GBNF_BLOCKED_REPEAT && a.len() >= GBNF_SHARED_MIN_BYTES {
-            // Every block copies the item: one rule instead of `GBNF_BLOCK` texts.
-            a = self.rule("repeated", a);
-        }
-        self.repeat(&a, min, max)
-    }
-
-    /// `a{min,max}` for an atom `a`, written so that no rule holds more than
-    /// [`GBNF_BLOCKED_REPEAT`] copies of its item: `block ::= a{16}`, then `min` is
-    /// `block{min / 16} a{min % 16}` and up to `r = 16 q + t` more are "fewer than `q`
-    /// blocks, then fewer than 16 items" or "`q` blocks, then at most `t`" — each part again
-    /// a repetition, of blocks. Each count has one split, so at most one wrong guess per
-    /// nesting level is alive at a time (it dies within one block).
-    fn repeat(&mut self, a: &str, min: u32, max: Option<u32>) -> String {
-        let most = max.unwrap_or(min);
-        if most <= GBNF_BLOCKED_REPEAT || (self.counters && most > crate::grammar::COUNTER_FROM) {
-            return match (min, max) {
-                (_, Some(0)) => "\"\"".into(),
-                _ => format!("{a}{}", quantifier(min, max)),
-            };
-        }
-        let k = GBNF_BLOCK;
-        let block = self.rule("block", format!("{a}{{{k}}}"));
-        let mut parts = Vec::new();
-        for (x, lo, hi) in [
-            (&block, min / k, Some(min / k)),
-            (&a.to_owned(), min % k, Some(min % k)),
-        ] {
-            if hi != Some(0) {
-                parts.push(self.repeat(x, lo, hi));
-            }
-        }
-        match max {
-            None => parts.push(format!("{a}*")),
-            Some(max) if max == min => {}
-            Some(max) if self.chains && (max - min) / k <= GBNF_UPTO_CHAIN => {
-                // Up to r = 16 q + t more: "fewer than 16, or 16 and then up to r - 16
-                // more", innermost first. Each count has one parse, so a pushdown engine
-                // keeps one head where the blocks below keep ~6 alive (a 255-character
-                // string's masks took 2-3 ms).
-                let r = max - min;
-                let (q, t) = (r / k, r % k);
-                let mut upto = match t {
-                    0 => "\"\"".to_owned(),
-                    t => format!("{a}{}", quantifier(0, Some(t))),
-                };
-                for _ in 0..q {
-                    let body = format!("{a}{} | {a}{{{k}}} {upto}", quantifier(0, Some(k - 1)));
-                    let before = self.rules.len();
-                    upto = self.rule("upto", body);
-                    self.chain_rules += self.rules.len() - before;
-                }
-                parts.push(upto);
-            }
-            Some(max) => {
-                let r = max - min;
-                let (q, t) = (r / k, r % k);
-                let mut alts = Vec::new();
-                if q > 0 {
-                    let below = [
-                        self.repeat(&block, 0, Some(q - 1)),
-                        format!("{a}{}", quantifier(0, Some(k - 1))),
-                    ];
-                    alts.push(below.join(" "));
-                }
-                let mut top = vec![self.repeat(&block, q, Some(q))];
-                if t > 0 {
-                    top.push(format!("{a}{}", quantifier(0, Some(t))));
-                }
-                alts.push(top.join(" "));
-                let body = alts.join(" | ");
-                parts.push(self.rule("upto", body));
-            }
-        }
-        match parts.len() {
-            0 => "\"\"".into(),
-            1 => parts.pop().expect("one part"),
-            _ => parts.join(" "),
-        }
-    }
-
-    fn render(&mut self, n: &'a Node) -> String {
-        match n {
-            Node::Empty => "\"\"".into(),
-            Node::Nothing => r"[^\x00-\U0010FFFF]".into(),
-            Node::Lit(s) => gbnf_literal(s),
-            Node::Class(r) => gbnf_class(r),
-            Node::AnyJson => {
-                if let Some(name) = &self.any_json {
-                    return name.clone();
-                }
-                // Named before its body is rendered: the body refers to itself.
-                let name = format!("anyjson{}", self.rules.len() + 1);
-                self.any_json = Some(name.clone());
-                let slot = self.rules.len();
-                self.rules.push((name.clone(), String::new()));
-                let body = self.expr(super::any_json_body());
-                self.rules[slot].1 = body;
-                name
-            }
-            Node::Concat(items) => items
-                .iter()
-                .map(|i| self.atom(i))
-                .collect::<Vec<_>>()
-                .join(" "),
-            Node::Alt(items) => items
-                .iter()
-                .map(|i| self.expr(i))
-                .collect::<Vec<_>>()
-                .join(" | "),
-            Node::Repeat(item, min, max) => self.counted(item, *min, *max),
-            Node::Automaton(d) => self.automaton(d),
-            Node::Seq {
-                items,
-                sep,
-                nonempty,
-            } => {
-                // tail[i] ::= (sep item_i)? tail[i+1]: after something was emitted.
-                let sep = self.atom(sep);
-                let names: Vec<String> = items
-                    .iter()
-                    .map(|(item, _)| {
-                        let body = self.expr(item);
-                        if matches!(item, Node::Lit(_) | Node::Class(_)) {
-                            body
-                        } else {
-                            self.rule("item", body)
-                        }
-                    })
-                    .collect();
-                let mut tails: Vec<Option<String>> = vec![None; items.len() + 1];
-                // tails[0] is never referenced: the first item comes without a separator.
-                for i in (1..items.len()).rev() {
-                    let step = format!("{sep} {}", names[i]);
-                    let step = if items[i].1 {
-                        step
-                    } else {
-                        format!("({step})?")
-                    };
-                    let body = match &tails[i + 1] {
-                        Some(t) => format!("{step} {t}"),
-                        None => step,
-                    };
-                    tails[i] = Some(self.rule("tail", body));
-                }
-                let mut alts = Vec::new();
-                let mut saw_required = false;
-                for (j, (_, required)) in items.iter().enumerate() {
-                    alts.push(match &tails[j + 1] {
-                        Some(t) => format!("{} {t}", names[j]),
-                        None => names[j].clone(),
-                    });
-                    if *required {
-                        saw_required = true;
-                        break;
-                    }
-                }
-                let body = alts.join(" | ");
-                if !saw_required && !nonempty {
-                    format!("({body})?")
-                } else {
-                    body
-                }
-            }
-            Node::List {
-                item,
-                sep,
-                min,
-                max,
-            } => {
-                let body = self.expr(item);
-                let it = if matches!(**item, Node::Lit(_) | Node::Class(_)) {
-                    body
-                } else {
-                    self.rule("item", body)
-                };
-                let sep = self.atom(sep);
-                let rest = self.repeat(
-                    &format!("({sep} {it})"),
-                    min.saturating_sub(1),
-                    max.map(|m| m - 1),
-                );
-                if *min == 0 {
-                    format!("({it} {rest})?")
-                } else {
-                    format!("{it} {rest}")
-                }
-            }
-        }
-    }
-}
-
-fn quantifier(min: u32, max: Option<u32>) -> String {
-    match (min, max) {
-        (0, None) => "*".into(),
-        (1, None) => "+".into(),
-        (0, Some(1)) => "?".into(),
-        (m, None) => format!("{{{m},}}"),
-        (m, Some(x)) if m == x => format!("{{{m}}}"),
-        (m, Some(x)) => format!("{{{m},{x}}}"),
-    }
-}
-
-fn gbnf_char(out: &mut String, c: char, in_class: bool) {
-    match c {
-        '"' if !in_class => out.push_str("\\\""),
-        '\\' => out.push_str("\\\\"),
-        ']' | '[' | '^' | '-' if in_class => {
-            let _ = write!(out, "\\x{:02X}", c as u32);
-        }
-        c if c.is_ascii_graphic() || c == ' ' => out.push(c),
-        c if (c as u32) < 0x100 => {
-            let _ = write!(out, "\\x{:02X}", c as u32);
-        }
-        c if (c as u32) < 0x10000 => {
-            let _ = write!(out, "\\u{:04X}", c as u32);
-        }
-        c => {
-            let _ = write!(out, "\\U{:08X}", c as u32);
-        }
-    }
-}
-
-fn gbnf_literal(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        gbnf_char(&mut out, c, false);
-    }
-    out.push('"');
-    out
-}
-
-fn gbnf_class(r: &Ranges) -> String {
-    let mut out = String::from("[");
-    for &(a, b) in r {
-        gbnf_char(&mut out, a, true);
-        if b != a {
-            out.push('-');
-            gbnf_char(&mut out, b, true);
-        }
-    }
-    out.push(']');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1801,8 +1119,8 @@ mod tests {
             let n = Node::Repeat(Arc::new(x.clone()), min, max);
             let text = match form {
                 0 => n.to_gbnf(),
-                1 => n.to_gbnf_blocked(),
-                _ => n.to_gbnf_counted(),
+                1 => n.gbnf_rules_blocked().to_gbnf(),
+                _ => n.gbnf_rules_counted().to_gbnf(),
             };
             // Every case passes 128 items (`COUNTER_FROM`), so the counted form is one count.
             if form == 2 {
@@ -1835,21 +1153,21 @@ mod tests {
     fn chains_give_way_to_blocks_past_their_rule_bound() {
         let x = || Arc::new(Node::class(vec![('a', 'b')]));
         let one = Node::Repeat(x(), 0, Some(200));
-        assert_ne!(one.to_gbnf(), one.to_gbnf_blocked());
+        assert_ne!(one.to_gbnf(), one.gbnf_rules_blocked().to_gbnf());
         // `{0,200}` is 12 chain rules of 16 items; nine distinct bounds make 108.
         let many = Node::concat(
             (0..9)
                 .map(|i| Node::concat(vec![Node::lit(","), Node::Repeat(x(), 0, Some(200 + i))]))
                 .collect(),
         );
-        assert_eq!(many.to_gbnf(), many.to_gbnf_blocked());
+        assert_eq!(many.to_gbnf(), many.gbnf_rules_blocked().to_gbnf());
         // Counted, a long count stays one count while the counts at most COUNTER_FROM (128)
         // beside it pass the chains' bound (nine `{0,100}`, 6 chain rules each) and turn to
         // blocks.
         let short =
             (0..9).map(|i| Node::concat(vec![Node::lit(","), Node::Repeat(x(), 0, Some(100 + i))]));
         let with_long = Node::concat(short.chain([Node::Repeat(x(), 0, Some(5000))]).collect());
-        let counted = with_long.to_gbnf_counted();
+        let counted = with_long.gbnf_rules_counted().to_gbnf();
         assert!(counted.contains("{0,5000}"), "{counted}");
         assert!(counted.contains("block"), "{counted}");
         let g = crate::grammar::Grammar::new(&counted).unwrap();
@@ -1868,7 +1186,7 @@ mod tests {
             None,
         );
         let long = Node::concat(vec![
-            Node::lit("\"prefix-that-is-long-enough-"),
+            Node::lit("\"prefix-that-is-long-enough-to-share-"),
             tail.clone(),
             Node::lit("\""),
         ]);
@@ -1884,8 +1202,9 @@ mod tests {
         );
         let g = crate::grammar::Grammar::new(&text).unwrap();
         let d = dfa(&n);
-        let one = "\"prefix-that-is-long-enough-ab_9\"";
-        let two = "\"prefix-that-is-long-enough-\"\"prefix-that-is-long-enough-x\"";
+        let one = "\"prefix-that-is-long-enough-to-share-ab_9\"";
+        let two =
+            "\"prefix-that-is-long-enough-to-share-\"\"prefix-that-is-long-enough-to-share-x\"";
         let texts = [
             one.to_owned(),
             format!("y{two}"),
