@@ -26,15 +26,56 @@ use rustc_hash::FxHashMap as HashMap;
 const NFA_STATE_BYTES: usize = 32;
 const NFA_EDGE_BYTES: usize = 12;
 
-#[derive(Default)]
-struct NState {
-    eps: Vec<u32>,
-    bytes: Vec<(u8, u8, u32)>,
-    calls: Vec<(u32, u32)>,
+/// Items grouped by the state they leave (compressed rows): `items[off[s]..off[s + 1]]`.
+struct ByState<T> {
+    off: Vec<u32>,
+    items: Vec<T>,
+}
+
+impl<T: Copy> ByState<T> {
+    /// Groups `(state, item)` pairs by state, keeping their order within a state.
+    fn new(states: usize, pairs: &[(u32, T)]) -> Self {
+        let mut off = vec![0u32; states + 1];
+        for &(s, _) in pairs {
+            off[s as usize + 1] += 1;
+        }
+        for s in 0..states {
+            off[s + 1] += off[s];
+        }
+        let mut fill = off.clone();
+        let mut items = Vec::with_capacity(pairs.len());
+        // Every slot is written below: a placeholder copy of any item (none when empty).
+        if let Some(&(_, x)) = pairs.first() {
+            items.resize(pairs.len(), x);
+        }
+        for &(s, x) in pairs {
+            items[fill[s as usize] as usize] = x;
+            fill[s as usize] += 1;
+        }
+        ByState { off, items }
+    }
+
+    fn of(&self, s: u32) -> &[T] {
+        &self.items[self.off[s as usize] as usize..self.off[s as usize + 1] as usize]
+    }
+}
+
+/// An NFA's edges by the state they leave, made once it is built ([`Nfa::into_edges`]): three
+/// vectors per state (ε, byte, call) were ~40 % of the ~5,000 allocations of a small
+/// schema grammar's compile.
+struct Edges {
+    states: usize,
+    eps: ByState<u32>,
+    bytes: ByState<(u8, u8, u32)>,
+    calls: ByState<(u32, u32)>,
 }
 
 struct Nfa<'a> {
-    states: Vec<NState>,
+    /// States made so far; edges are kept with the state they leave.
+    states: u32,
+    eps: Vec<(u32, u32)>,
+    bytes: Vec<(u32, (u8, u8, u32))>,
+    calls: Vec<(u32, (u32, u32))>,
     bytes_used: usize,
     /// The rules, and which are inlined at their call sites.
     rules: &'a [super::parse::Rule],
@@ -67,20 +108,31 @@ impl Nfa<'_> {
 
     fn add(&mut self) -> Result<u32, TooBig> {
         self.charge(NFA_STATE_BYTES)?;
-        self.states.push(NState::default());
-        Ok(self.states.len() as u32 - 1)
+        self.states += 1;
+        Ok(self.states - 1)
     }
 
     fn eps(&mut self, from: u32, to: u32) -> Result<(), TooBig> {
         self.charge(NFA_EDGE_BYTES)?;
-        self.states[from as usize].eps.push(to);
+        self.eps.push((from, to));
         Ok(())
     }
 
     fn byte(&mut self, from: u32, lo: u8, hi: u8, to: u32) -> Result<(), TooBig> {
         self.charge(NFA_EDGE_BYTES)?;
-        self.states[from as usize].bytes.push((lo, hi, to));
+        self.bytes.push((from, (lo, hi, to)));
         Ok(())
+    }
+
+    /// The edges, by the state they leave (the builder's lists go).
+    fn into_edges(self) -> Edges {
+        let n = self.states as usize;
+        Edges {
+            states: n,
+            eps: ByState::new(n, &self.eps),
+            bytes: ByState::new(n, &self.bytes),
+            calls: ByState::new(n, &self.calls),
+        }
     }
 
     /// Adds `e` ending at `to`; returns its entry state. Built from the end, so that an
@@ -118,7 +170,7 @@ impl Nfa<'_> {
             Expr::Ref(rule) => {
                 let from = self.add()?;
                 self.charge(NFA_EDGE_BYTES)?;
-                self.states[from as usize].calls.push((*rule as u32, to));
+                self.calls.push((from, (*rule as u32, to)));
                 Ok(from)
             }
             Expr::Seq(items) => {
@@ -232,7 +284,7 @@ impl Nfa<'_> {
     fn counter_stand_in(&mut self, c: &Counted, to: u32) -> Result<u32, TooBig> {
         let from = self.add()?;
         self.charge(NFA_EDGE_BYTES)?;
-        self.states[from as usize].calls.push((c.item as u32, to));
+        self.calls.push((from, (c.item as u32, to)));
         if c.min == 0 {
             self.eps(from, to)?;
         }
@@ -286,34 +338,27 @@ fn chars_cost(ranges: &[(char, char)]) -> usize {
 
 /// The code point ranges of a class as sorted, merged `char` ranges without surrogates.
 fn char_ranges(ranges: &[(u32, u32)], negated: bool) -> Vec<(char, char)> {
+    // Merged in place, and the complement read off the gaps: two vectors a class (four, with
+    // one per step, were ~15 % of a small schema grammar's allocations, a class being
+    // read by the costing and the build).
     let mut rs: Vec<(u32, u32)> = ranges
         .iter()
         .map(|&(lo, hi)| (lo.min(0x10FFFF), hi.min(0x10FFFF)))
         .collect();
     rs.sort_unstable();
-    let mut merged: Vec<(u32, u32)> = Vec::new();
-    for (lo, hi) in rs {
-        match merged.last_mut() {
-            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
-            _ => merged.push((lo, hi)),
+    let mut kept = 0;
+    for k in 0..rs.len() {
+        let (lo, hi) = rs[k];
+        if kept > 0 && lo <= rs[kept - 1].1.saturating_add(1) {
+            rs[kept - 1].1 = rs[kept - 1].1.max(hi);
+        } else {
+            rs[kept] = (lo, hi);
+            kept += 1;
         }
     }
-    if negated {
-        let mut comp = Vec::new();
-        let mut next = 0u32;
-        for (lo, hi) in merged {
-            if lo > next {
-                comp.push((next, lo - 1));
-            }
-            next = hi + 1;
-        }
-        if next <= 0x10FFFF {
-            comp.push((next, 0x10FFFF));
-        }
-        merged = comp;
-    }
-    let mut out = Vec::new();
-    for (lo, hi) in merged {
+    rs.truncate(kept);
+    let mut out = Vec::with_capacity(2 * rs.len() + 2);
+    let mut push = |lo: u32, hi: u32| {
         // Split around the surrogates, which are not characters.
         for (a, b) in [(lo, hi.min(0xD7FF)), (lo.max(0xE000), hi)] {
             if a <= b {
@@ -322,6 +367,22 @@ fn char_ranges(ranges: &[(u32, u32)], negated: bool) -> Vec<(char, char)> {
                     char::from_u32(b).expect("not a surrogate"),
                 ));
             }
+        }
+    };
+    if negated {
+        let mut next = 0u32;
+        for &(lo, hi) in &rs {
+            if lo > next {
+                push(next, lo - 1);
+            }
+            next = hi + 1;
+        }
+        if next <= 0x10FFFF {
+            push(next, 0x10FFFF);
+        }
+    } else {
+        for &(lo, hi) in &rs {
+            push(lo, hi);
         }
     }
     out
@@ -421,7 +482,10 @@ fn compile_with(
         }
     };
     let mut nfa = Nfa {
-        states: Vec::new(),
+        states: 0,
+        eps: Vec::new(),
+        bytes: Vec::new(),
+        calls: Vec::new(),
         bytes_used: 0,
         rules: &ast.rules,
         inline,
@@ -467,26 +531,24 @@ fn compile_with(
         nfa.bytes_used <= total,
         "Nfa::cost is below what Nfa::build charged"
     );
+    let nfa_bytes_used = nfa.bytes_used;
+    let nfa = nfa.into_edges();
 
     // A rule inlined at every use and never called (no call edge, counters' included) is
     // only ever read through its copies: its own automaton would be dead weight. A schema's
     // "any other key" rule is built from ~20 such pieces (a string minus one listed key's
     // prefix each), and determinizing them on their own was half of its subset construction.
     let mut called = vec![false; n_rules];
-    for st in &nfa.states {
-        for &(callee, _) in &st.calls {
-            called[callee as usize] = true;
-        }
+    for &(callee, _) in &nfa.calls.items {
+        called[callee as usize] = true;
     }
     let absorbed = |r: usize| r != ast.root && inline[r] && !called[r] && counted[r].is_none();
 
     // Byte classes: bytes that no edge distinguishes share a class.
     let mut boundary = [false; 257];
-    for st in &nfa.states {
-        for &(lo, hi, _) in &st.bytes {
-            boundary[lo as usize] = true;
-            boundary[hi as usize + 1] = true;
-        }
+    for &(lo, hi, _) in &nfa.bytes.items {
+        boundary[lo as usize] = true;
+        boundary[hi as usize + 1] = true;
     }
     let mut classes = [0u8; 256];
     let mut reps = vec![0u8];
@@ -558,6 +620,12 @@ fn compile_with(
     };
     // Per byte class, the NFA states the current DFA state's edges enter on it.
     let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); stride];
+    // Scratch, kept across states and rules (fresh vectors per closure and per state were
+    // ~1,000 of a small schema grammar's ~5,000 allocations): the current rule's NFA sets,
+    // the state's own, a closure's stack and result, the state's calls by callee.
+    let mut sets = SetIds::default();
+    let (mut set, mut stack, mut found) = (Vec::new(), Vec::new(), Vec::new());
+    let mut by_rule: Vec<(u32, u32)> = Vec::new();
     for r in 0..n_rules {
         let base = accepting.len() as u32;
         if let Some(c) = &counted[r] {
@@ -574,7 +642,7 @@ fn compile_with(
             }
             start.push(counter.phase(0));
             counters.push(counter);
-            if nfa.bytes_used + held > build_bytes {
+            if nfa_bytes_used + held > build_bytes {
                 return Err(too_big_to_build(&ast.rules[r].name));
             }
             continue;
@@ -589,27 +657,17 @@ fn compile_with(
             held += 48;
             continue;
         }
-        let mut ids: HashMap<Vec<u32>, u32> = HashMap::default();
-        let mut sets: Vec<Vec<u32>> = Vec::new();
+        sets.clear();
         let mut rule_sets = 0usize;
-        let first = closure(&nfa, vec![nstart[r]], &nullable, &mut seen);
-        ids.insert(first.clone(), base);
-        sets.push(first);
+        stack.push(nstart[r]);
+        closure(&nfa, &mut stack, &mut found, &nullable, &mut seen);
+        sets.intern(&found);
         start.push(base);
         let mut i = 0;
         while i < sets.len() {
-            let set = std::mem::take(&mut sets[i]);
-            let id =
-                |s: Vec<u32>, ids: &mut HashMap<Vec<u32>, u32>, sets: &mut Vec<Vec<u32>>| -> u32 {
-                    // Most sets are met again: a copy for the key only when one is new.
-                    if let Some(&n) = ids.get(&s) {
-                        return n;
-                    }
-                    let n = base + sets.len() as u32;
-                    ids.insert(s.clone(), n);
-                    sets.push(s);
-                    n
-                };
+            // A copy: the sets found below go to the same arena.
+            set.clear();
+            set.extend_from_slice(sets.get(i));
             accepting.push(set.binary_search(&nend[r]).is_ok());
             rule_of.push(r as u32);
             // Every edge is read once and its target put in the buckets of the classes it
@@ -618,7 +676,7 @@ fn compile_with(
             // grammar's compile (o21149: 36 ms over ~60 classes).
             let (mut lo_class, mut hi_class) = (stride, 0);
             for &q in &set {
-                let edges = &nfa.states[q as usize].bytes;
+                let edges = nfa.bytes.of(q);
                 scanned += 1 + edges.len() as u64;
                 for &(lo, hi, t) in edges {
                     let (lo, hi) = (classes[lo as usize], classes[hi as usize]);
@@ -640,8 +698,9 @@ fn compile_with(
                 // Neighbouring classes that one wide range covers (a string's character class
                 // spans dozens) reach the same set: one closure for all.
                 if last == NONE || buckets[c] != buckets[c - 1] {
-                    let t = closure(&nfa, buckets[c].clone(), &nullable, &mut seen);
-                    last = id(t, &mut ids, &mut sets);
+                    stack.extend_from_slice(&buckets[c]);
+                    closure(&nfa, &mut stack, &mut found, &nullable, &mut seen);
+                    last = base + sets.intern(&found);
                     out_of_work(scanned, &seen, &ast.rules[r].name)?;
                 }
                 moves.push(c as u8, c as u8, last);
@@ -650,29 +709,21 @@ fn compile_with(
                 bucket.clear();
             }
             moves.end_row();
-            let mut by_rule: Vec<(u32, u32)> = set
-                .iter()
-                .flat_map(|&q| nfa.states[q as usize].calls.iter().copied())
-                .collect();
+            by_rule.clear();
+            by_rule.extend(set.iter().flat_map(|&q| nfa.calls.of(q).iter().copied()));
             by_rule.sort_unstable();
             let mut out = Vec::new();
-            let mut k = 0;
-            while k < by_rule.len() {
-                let callee = by_rule[k].0;
-                let mut targets = Vec::new();
-                while k < by_rule.len() && by_rule[k].0 == callee {
-                    targets.push(by_rule[k].1);
-                    k += 1;
-                }
-                let t = closure(&nfa, targets, &nullable, &mut seen);
-                out.push((callee, id(t, &mut ids, &mut sets)));
+            for group in by_rule.chunk_by(|a, b| a.0 == b.0) {
+                stack.extend(group.iter().map(|&(_, t)| t));
+                closure(&nfa, &mut stack, &mut found, &nullable, &mut seen);
+                out.push((group[0].0, base + sets.intern(&found)));
             }
             out_of_work(scanned, &seen, &ast.rules[r].name)?;
             let spans = moves.row(accepting.len() - 1).len();
             held += spans * 8 + out.len() * 8 + 48;
             rule_sets += set.len() * 8 + 48;
             calls.push(out);
-            if nfa.bytes_used + held + rule_sets > build_bytes {
+            if nfa_bytes_used + held + rule_sets > build_bytes {
                 return Err(too_big_to_build(&ast.rules[r].name));
             }
             i += 1;
@@ -1721,8 +1772,8 @@ fn inlined_rules(ast: &Ast, max_size: usize, leaves_only: bool) -> Vec<bool> {
 /// Whether `to` is reachable from `from` by ε-edges and calls of nullable rules.
 /// `seen` is scratch (a fresh vector per call was a memset of the whole NFA for every rule
 /// in every round of the nullable fixpoint: ~0.2 s for a chain of 900 rules).
-fn eps_reaches(nfa: &Nfa, from: u32, to: u32, nullable: &[bool], seen: &mut Seen) -> bool {
-    seen.next_generation(nfa.states.len());
+fn eps_reaches(nfa: &Edges, from: u32, to: u32, nullable: &[bool], seen: &mut Seen) -> bool {
+    seen.next_generation(nfa.states);
     let mut stack = vec![from];
     while let Some(s) = stack.pop() {
         if s == to {
@@ -1731,9 +1782,8 @@ fn eps_reaches(nfa: &Nfa, from: u32, to: u32, nullable: &[bool], seen: &mut Seen
         if !seen.insert(s) {
             continue;
         }
-        let st = &nfa.states[s as usize];
-        stack.extend_from_slice(&st.eps);
-        for &(callee, t) in &st.calls {
+        stack.extend_from_slice(nfa.eps.of(s));
+        for &(callee, t) in nfa.calls.of(s) {
             if nullable[callee as usize] {
                 stack.push(t);
             }
@@ -1742,25 +1792,80 @@ fn eps_reaches(nfa: &Nfa, from: u32, to: u32, nullable: &[bool], seen: &mut Seen
     false
 }
 
-/// The ε-closure of `set` (ε-edges and bypasses of nullable calls), sorted.
-fn closure(nfa: &Nfa, mut stack: Vec<u32>, nullable: &[bool], seen: &mut Seen) -> Vec<u32> {
-    seen.next_generation(nfa.states.len());
-    let mut out = Vec::new();
+/// The ε-closure of the states on `stack` (ε-edges and bypasses of nullable calls), sorted,
+/// into `out`; `stack` is left empty.
+fn closure(
+    nfa: &Edges,
+    stack: &mut Vec<u32>,
+    out: &mut Vec<u32>,
+    nullable: &[bool],
+    seen: &mut Seen,
+) {
+    seen.next_generation(nfa.states);
+    out.clear();
     while let Some(s) = stack.pop() {
         if !seen.insert(s) {
             continue;
         }
         out.push(s);
-        let st = &nfa.states[s as usize];
-        stack.extend_from_slice(&st.eps);
-        for &(callee, t) in &st.calls {
+        stack.extend_from_slice(nfa.eps.of(s));
+        for &(callee, t) in nfa.calls.of(s) {
             if nullable[callee as usize] {
                 stack.push(t);
             }
         }
     }
     out.sort_unstable();
-    out
+}
+
+/// The NFA sets of one rule's DFA states, numbered in the order first met, in one arena and
+/// found by hash: most sets are met again, and a map keyed by owned sets cost a copy per
+/// new set besides the queue's.
+#[derive(Default)]
+struct SetIds {
+    items: Vec<u32>,
+    /// Where each set ends in `items` (set `i` starts where set `i - 1` ends).
+    off: Vec<u32>,
+    /// The last set of each hash, and per set the previous one of the same hash ([`NONE`]).
+    by_hash: HashMap<u64, u32>,
+    same_hash: Vec<u32>,
+}
+
+impl SetIds {
+    fn clear(&mut self) {
+        self.items.clear();
+        self.off.clear();
+        self.by_hash.clear();
+        self.same_hash.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.same_hash.len()
+    }
+
+    fn get(&self, i: usize) -> &[u32] {
+        let start = if i == 0 { 0 } else { self.off[i - 1] };
+        &self.items[start as usize..self.off[i] as usize]
+    }
+
+    /// The number of `set`, added when new.
+    fn intern(&mut self, set: &[u32]) -> u32 {
+        use std::hash::BuildHasher;
+        let h = self.by_hash.hasher().hash_one(set);
+        let mut k = self.by_hash.get(&h).copied().unwrap_or(NONE);
+        while k != NONE {
+            if self.get(k as usize) == set {
+                return k;
+            }
+            k = self.same_hash[k as usize];
+        }
+        let n = self.len() as u32;
+        self.items.extend_from_slice(set);
+        self.off.push(self.items.len() as u32);
+        self.same_hash
+            .push(self.by_hash.insert(h, n).unwrap_or(NONE));
+        n
+    }
 }
 
 fn check_left_recursion(
@@ -2218,7 +2323,10 @@ mod tests {
         let ast = super::super::parse::parse(text, &Limits::DEFAULT).unwrap();
         let inline: Vec<bool> = (0..ast.rules.len()).map(|r| r != ast.root).collect();
         let mut nfa = Nfa {
-            states: Vec::new(),
+            states: 0,
+            eps: Vec::new(),
+            bytes: Vec::new(),
+            calls: Vec::new(),
             bytes_used: 0,
             rules: &ast.rules,
             inline: &inline,
@@ -2230,7 +2338,7 @@ mod tests {
         nfa.build(&ast.rules[ast.root].body, end).ok().unwrap();
         let cost =
             NFA_STATE_BYTES + nfa.cost(&ast.rules[ast.root].body, &mut vec![None; ast.rules.len()]);
-        (nfa.states.len(), nfa.bytes_used, cost)
+        (nfa.states as usize, nfa.bytes_used, cost)
     }
 
     #[test]
