@@ -178,11 +178,17 @@ impl GroupSuccessors {
                 CONFLICT
             };
         }
-        // (state, group) sorted by state: each state's groups are one stretch.
-        let mut by_state: Vec<(u32, u8)> = (0..64u8)
-            .filter(|&h| succ[usize::from(h)] < CONFLICT)
-            .map(|h| (succ[usize::from(h)], h))
-            .collect();
+        // (state, group) sorted by state: each state's groups are one stretch (on the stack:
+        // this runs once per state of every grammar bound to a vocabulary).
+        let mut by_state = [(0u32, 0u8); 64];
+        let mut len = 0;
+        for h in 0..64u8 {
+            if succ[usize::from(h)] < CONFLICT {
+                by_state[len] = (succ[usize::from(h)], h);
+                len += 1;
+            }
+        }
+        let by_state = &mut by_state[..len];
         by_state.sort_unstable();
         let mut best = (0u64, u32::MAX);
         for stretch in by_state.chunk_by(|a, b| a.0 == b.0) {
@@ -198,11 +204,20 @@ impl GroupSuccessors {
     }
 }
 
+/// Where `n` continuation bytes lead from a state (`None`: one dies, or more than
+/// [`Trie::successors`]' bound), per (state, n): the leads of one length share their
+/// continuations, and walking them again per lead and per class was ~60 % of binding a
+/// schema grammar to SmolLM2's vocabulary (o82710: ~9 ms). The same for every state of one
+/// automaton.
+type Continuations = HashMap<(u32, usize), Option<Vec<u32>>>;
+
 /// The successors [`Trie::run`] computed, by state, for later calls on the same automaton,
 /// and what its loop searches may still do.
 #[derive(Debug)]
 pub(crate) struct RunMemo {
     successors: HashMap<u32, std::rc::Rc<GroupSuccessors>>,
+    /// [`Trie::successors`]' continuation walks, kept across states.
+    continuations: Continuations,
     /// States a loop search passed [`Trie::LOOP_STATES`] from: no search starts there.
     crowded: HashSet<u32>,
     /// Successor pairs the loop searches may still examine ([`RUN_SEARCH_WORK`] to start
@@ -255,6 +270,7 @@ impl Default for RunMemo {
     fn default() -> Self {
         RunMemo {
             successors: HashMap::default(),
+            continuations: Continuations::default(),
             crowded: HashSet::default(),
             search_left: RUN_SEARCH_WORK,
             representatives: None,
@@ -676,7 +692,16 @@ impl Trie {
         let mut succs = |s: u32| -> std::rc::Rc<GroupSuccessors> {
             memo.successors
                 .entry(s)
-                .or_insert_with(|| std::rc::Rc::new(Self::successors(s, dead, &next, &class, reps)))
+                .or_insert_with(|| {
+                    std::rc::Rc::new(Self::successors(
+                        s,
+                        dead,
+                        &next,
+                        &class,
+                        reps,
+                        &mut memo.continuations,
+                    ))
+                })
                 .clone()
         };
         // Follow the chain of single successors to a state whose run is known, a loop, a
@@ -842,7 +867,7 @@ impl Trie {
         done: impl Fn(u32) -> bool,
     ) -> u64 {
         let reps = Representatives::new(&class);
-        let succ = Self::successors(t, dead, &next, &class, &reps);
+        let succ = Self::successors(t, dead, &next, &class, &reps, &mut Continuations::default());
         let not_done = succ
             .pairs
             .iter()
@@ -859,6 +884,7 @@ impl Trie {
         next: &impl Fn(u32, u8) -> u32,
         class: &impl Fn(u8) -> u8,
         reps: &Representatives,
+        memo: &mut Continuations,
     ) -> GroupSuccessors {
         let (mut seen, mut died) = (0u64, 0u64);
         let mut pairs: Vec<(u8, u32)> = Vec::new();
@@ -888,11 +914,6 @@ impl Trie {
         // then taken as not live, which only shortens runs).
         const ENDS: usize = 16;
         const CONTINUATION: (u8, u8) = (0x80, 0xbf);
-        /// Where `n` continuation bytes lead from a state (`None`: one dies, or more than
-        /// ENDS), per (state, n): the leads of one length share their continuations, and
-        /// walking them again per lead and per class was ~60 % of binding a schema grammar to
-        /// SmolLM2's vocabulary (o82710: ~9 ms).
-        type Continuations = HashMap<(u32, usize), Option<Vec<u32>>>;
         fn ends(
             s: u32,
             dead: u32,
@@ -950,7 +971,6 @@ impl Trie {
                 seen || ends(next(s, b), dead, more, next, class, out, memo)
             })
         }
-        let mut memo = Continuations::default();
         let mut out = Vec::new();
         // Leads of one length mostly reach one state: its ends are found once (the last).
         let mut last: Option<(u32, (u8, u8), usize, bool)> = None;
@@ -965,7 +985,7 @@ impl Trie {
                 Some((s, r, n, ok)) if (s, r, n) == (after, second, k) => ok,
                 _ => {
                     out.clear();
-                    let ok = ends(after, dead, &ranges[..k], next, class, &mut out, &mut memo);
+                    let ok = ends(after, dead, &ranges[..k], next, class, &mut out, memo);
                     last = Some((after, second, k, ok));
                     ok
                 }
@@ -1097,8 +1117,10 @@ mod tests {
                 |s: u32, b: u8| table[(s * u32::from(n_classes) + u32::from(class(b))) as usize];
             let reps = Representatives::new(&class);
             for t in 1..states {
-                let want = Trie::successors(t, 0, &next, &class, &every);
-                let got = Trie::successors(t, 0, &next, &class, &reps);
+                let want =
+                    Trie::successors(t, 0, &next, &class, &every, &mut Continuations::default());
+                let got =
+                    Trie::successors(t, 0, &next, &class, &reps, &mut Continuations::default());
                 assert_eq!((got.live, &got.pairs), (want.live, &want.pairs));
             }
         }
