@@ -23,8 +23,10 @@ pub(crate) fn all_chars() -> Ranges {
 const CONTROLS: (char, char) = ('\0', '\x1f');
 
 /// The characters that appear raw in a JSON string.
-fn raw_chars() -> Ranges {
-    subtract(&all_chars(), &vec![CONTROLS, ('"', '"'), ('\\', '\\')])
+fn raw_chars() -> &'static Ranges {
+    // Made once: every character class inside a string is intersected with it.
+    static RAW: std::sync::OnceLock<Ranges> = std::sync::OnceLock::new();
+    RAW.get_or_init(|| subtract(&all_chars(), &vec![CONTROLS, ('"', '"'), ('\\', '\\')]))
 }
 
 /// Hex digits, both cases.
@@ -41,10 +43,25 @@ pub(crate) fn any_unit() -> Node {
     counted_unit()
 }
 
+/// Whether `r` is every character.
+fn is_all_chars(r: &Ranges) -> bool {
+    r.len() == 1 && r[0] == ('\0', char::MAX)
+}
+
+/// [`any_chars`] encoded: the body of any JSON string, made once and shared (a repetition
+/// holds its item behind an `Arc`). Every unconstrained string and every node of an "any
+/// other key" trie is one, and making it afresh was ~20 allocations each, a tenth of a small
+/// schema's IR.
+fn any_string_body() -> Node {
+    static BODY: std::sync::OnceLock<Node> = std::sync::OnceLock::new();
+    BODY.get_or_init(|| Node::repeat(any_unit(), 0, None))
+        .clone()
+}
+
 /// See [`any_unit`].
 pub(crate) fn counted_unit() -> Node {
     Node::alt(vec![
-        Node::Class(raw_chars()),
+        Node::Class(raw_chars().clone()),
         Node::concat(vec![
             Node::lit("\\"),
             Node::alt(vec![
@@ -94,10 +111,10 @@ pub(crate) fn encode(n: &Node) -> Node {
         Node::Empty | Node::Nothing => n.clone(),
         Node::Lit(s) => Node::lit(s.chars().map(escape_char).collect::<String>()),
         Node::Class(r) => {
-            if *r == all_chars() {
+            if is_all_chars(r) {
                 return any_unit();
             }
-            let mut alts = vec![Node::class(intersect(r, &raw_chars()))];
+            let mut alts = vec![Node::class(intersect(r, raw_chars()))];
             let controls = intersect(r, &vec![CONTROLS]);
             if controls == vec![CONTROLS] {
                 alts.push(Node::concat(vec![
@@ -129,6 +146,9 @@ pub(crate) fn encode(n: &Node) -> Node {
         }
         Node::Concat(items) => Node::concat(items.iter().map(encode).collect()),
         Node::Alt(items) => Node::alt(items.iter().map(encode).collect()),
+        Node::Repeat(item, 0, None) if matches!(&**item, Node::Class(r) if is_all_chars(r)) => {
+            any_string_body()
+        }
         Node::Repeat(item, min, max) => Node::repeat(encode(item), *min, *max),
         Node::Seq { .. } | Node::List { .. } | Node::AnyJson => {
             unreachable!("string contents never hold Seq, List or AnyJson")
