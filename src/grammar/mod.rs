@@ -355,7 +355,7 @@ impl Grammar {
     pub fn new_with(text: &str, limits: &crate::limits::Limits) -> Result<Self> {
         crate::limits::check_size("guided_grammar", text.len(), limits.grammar_bytes)?;
         let ast = parse::parse(text, limits).map_err(|e| e.into_error(text))?;
-        compile::compile(&ast, limits, &mut 0).map_err(|e| e.into_error(text))
+        compile::compile(ast, limits, &mut 0).map_err(|e| e.into_error(text))
     }
 
     /// Compiles rules this crate built (a JSON Schema's, [`Ast::to_gbnf`] is their text),
@@ -366,7 +366,7 @@ impl Grammar {
     /// request's earlier attempts, which this one adds to (one budget for every rendering of
     /// one schema).
     pub(crate) fn from_rules(
-        ast: &Ast,
+        ast: Ast,
         limits: &crate::limits::Limits,
         spent: &mut u64,
     ) -> std::result::Result<Self, String> {

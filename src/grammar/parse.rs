@@ -38,7 +38,7 @@ pub(crate) enum Expr {
 }
 
 /// A rule: its name, where it is defined, and its body.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Rule {
     pub name: String,
     /// Byte offset of the definition's name (for errors).
@@ -48,7 +48,7 @@ pub(crate) struct Rule {
 
 /// The parsed grammar: every rule (referenced rules have an index even before their
 /// definition) and the index of `root`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Ast {
     pub rules: Vec<Rule>,
     pub root: usize,

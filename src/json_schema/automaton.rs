@@ -77,7 +77,10 @@ impl JsonSchema {
         // blocks the smaller one, rendered and tried only when the chains' rules pass the
         // automaton limit. The text is generated, so it is bounded too.
         let mut why = None;
-        let mut last: Option<crate::grammar::Ast> = None;
+        // The renderings often coincide (no long count): one that hashes like the last one
+        // tried is not compiled again. Each is compiled by value, so only a hash is kept (a
+        // collision could only skip a retry, refusing the schema with the last reason).
+        let mut last: Option<u64> = None;
         let chains = std::iter::once_with(|| node.gbnf_rules());
         let blocked = std::iter::once_with(|| node.gbnf_rules_blocked());
         for rules in std::iter::once(node.gbnf_rules_counted())
@@ -88,15 +91,20 @@ impl JsonSchema {
             let text_bytes = rules.gbnf_len(usize::MAX);
             // Compiled as that text would parse: the same numbering, so the same automaton.
             let rules = rules.numbered_as_parsed();
-            if last.as_ref() == Some(&rules) {
+            let fingerprint = {
+                use std::hash::BuildHasher;
+                rustc_hash::FxBuildHasher.hash_one(&rules)
+            };
+            if last == Some(fingerprint) {
                 continue;
             }
+            last = Some(fingerprint);
             if text_bytes > MAX_SCHEMA_REGEX_BYTES {
                 why = Some(format!(
                     "is {text_bytes} bytes of GBNF, over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
                 ));
             } else {
-                match Grammar::from_rules(&rules, limits, spent) {
+                match Grammar::from_rules(rules, limits, spent) {
                     Ok(grammar) => return Ok(grammar),
                     Err(e) => why = Some(e),
                 }
@@ -105,7 +113,6 @@ impl JsonSchema {
                     break;
                 }
             }
-            last = Some(rules);
         }
         let why = why.expect("at least one grammar was tried");
         let e = match dfa_error {
