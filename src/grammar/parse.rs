@@ -617,6 +617,46 @@ mod tests {
         ast.rules[ast.root].body.clone()
     }
 
+    /// Built rules are held to the depth the parser holds text to: a tree exactly at the
+    /// limit passes both, one level more fails both ([`depth_within`], and the grammar
+    /// engine's entry for built rules).
+    #[test]
+    fn built_rules_nest_as_deep_as_parsed_ones() {
+        let limits = Limits {
+            grammar_depth: 40,
+            ..Limits::DEFAULT
+        };
+        for stars in [39, 40] {
+            // `"a"` under `stars` quantifiers: a tree of `stars + 1` levels.
+            let text = format!("root ::= \"a\"{}", "*".repeat(stars));
+            let parsed = parse(&text, &limits);
+            let mut e = Expr::Literal(b"a".to_vec());
+            for _ in 0..stars {
+                e = Expr::Repeat {
+                    expr: Box::new(e),
+                    min: 0,
+                    max: None,
+                };
+            }
+            let fits = stars < 40;
+            assert_eq!(parsed.is_ok(), fits, "{stars}");
+            assert_eq!(depth_within(&e, limits.grammar_depth), fits, "{stars}");
+            let built = Ast {
+                rules: vec![Rule {
+                    name: "root".into(),
+                    at: 0,
+                    body: e,
+                }],
+                root: 0,
+            };
+            let compiled = super::super::Grammar::from_rules(built, &limits, &mut 0);
+            match compiled {
+                Ok(_) => assert!(fits, "{stars} levels compiled"),
+                Err(e) => assert!(!fits && e.contains("deeper than the limit"), "{e}"),
+            }
+        }
+    }
+
     #[test]
     fn literals_and_escapes_are_utf8() {
         assert_eq!(
