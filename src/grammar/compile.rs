@@ -1735,16 +1735,8 @@ const FALLBACK_INLINE_SIZE: usize = 64;
 fn inlined_rules(ast: &Ast, max_size: usize, leaves_only: bool) -> Vec<bool> {
     let n = ast.rules.len();
     let mut refs: Vec<Vec<usize>> = vec![Vec::new(); n];
-    fn collect(e: &Expr, out: &mut Vec<usize>) {
-        match e {
-            Expr::Ref(r) => out.push(*r),
-            Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| collect(x, out)),
-            Expr::Repeat { expr, .. } => collect(expr, out),
-            _ => {}
-        }
-    }
     for (r, rule) in ast.rules.iter().enumerate() {
-        collect(&rule.body, &mut refs[r]);
+        rule.body.each_ref(&mut |x| refs[r].push(x));
         refs[r].sort_unstable();
         refs[r].dedup();
     }

@@ -54,6 +54,28 @@ pub(crate) struct Ast {
     pub root: usize,
 }
 
+impl Expr {
+    /// Calls `f` with every rule reference, left to right as written.
+    pub(crate) fn each_ref(&self, f: &mut impl FnMut(usize)) {
+        match self {
+            Expr::Ref(r) => f(*r),
+            Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| x.each_ref(f)),
+            Expr::Repeat { expr, .. } => expr.each_ref(f),
+            Expr::Literal(_) | Expr::Class { .. } | Expr::Any => {}
+        }
+    }
+
+    /// [`Expr::each_ref`], each reference open to rewriting.
+    pub(crate) fn each_ref_mut(&mut self, f: &mut impl FnMut(&mut usize)) {
+        match self {
+            Expr::Ref(r) => f(r),
+            Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|x| x.each_ref_mut(f)),
+            Expr::Repeat { expr, .. } => expr.each_ref_mut(f),
+            Expr::Literal(_) | Expr::Class { .. } | Expr::Any => {}
+        }
+    }
+}
+
 /// Whether `e`'s tree is at most `levels` deep, counted as the parser counts it
 /// ([`Limits::grammar_depth`]: a leaf is 1, a sequence, an alternation or a repetition one
 /// more than its deepest part). Never descends past `levels`.

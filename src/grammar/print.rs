@@ -33,34 +33,18 @@ impl Ast {
     /// 1 MiB numbered as its text parses; so rules built here compile as their exported
     /// text would.
     pub(crate) fn numbered_as_parsed(self) -> Ast {
-        fn mention(e: &Expr, id: &mut [usize], order: &mut Vec<usize>) {
-            match e {
-                Expr::Ref(r) => {
-                    if id[*r] == usize::MAX {
-                        id[*r] = order.len();
-                        order.push(*r);
-                    }
-                }
-                Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| mention(x, id, order)),
-                Expr::Repeat { expr, .. } => mention(expr, id, order),
-                Expr::Literal(_) | Expr::Class { .. } | Expr::Any => {}
-            }
-        }
-        fn renumber(e: &mut Expr, id: &[usize]) {
-            match e {
-                Expr::Ref(r) => *r = id[*r],
-                Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|x| renumber(x, id)),
-                Expr::Repeat { expr, .. } => renumber(expr, id),
-                Expr::Literal(_) | Expr::Class { .. } | Expr::Any => {}
-            }
-        }
         let n = self.rules.len();
         let mut id = vec![usize::MAX; n];
         let mut order = Vec::with_capacity(n);
-        let text_order = std::iter::once(self.root).chain((0..n).filter(|&r| r != self.root));
-        for r in text_order {
-            mention(&Expr::Ref(r), &mut id, &mut order);
-            mention(&self.rules[r].body, &mut id, &mut order);
+        let mut mention = |r: usize| {
+            if id[r] == usize::MAX {
+                id[r] = order.len();
+                order.push(r);
+            }
+        };
+        for r in self.text_order() {
+            mention(r);
+            self.rules[r].body.each_ref(&mut mention);
         }
         let root = id[self.root];
         let mut slots: Vec<Option<Rule>> = self.rules.into_iter().map(Some).collect();
@@ -68,17 +52,20 @@ impl Ast {
             .iter()
             .map(|&r| {
                 let mut rule = slots[r].take().expect("each rule is mentioned once first");
-                renumber(&mut rule.body, &id);
+                rule.body.each_ref_mut(&mut |x| *x = id[*x]);
                 rule
             })
             .collect();
         Ast { rules, root }
     }
 
+    /// The order [`Ast::to_gbnf`] writes the rules in: `root`, then the others by index.
+    fn text_order(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.root).chain((0..self.rules.len()).filter(|&r| r != self.root))
+    }
+
     fn write_gbnf(&self, out: &mut impl Write) -> fmt::Result {
-        let order =
-            std::iter::once(self.root).chain((0..self.rules.len()).filter(|&r| r != self.root));
-        for r in order {
+        for r in self.text_order() {
             let rule = &self.rules[r];
             out.write_str(&rule.name)?;
             out.write_str(" ::= ")?;
@@ -209,20 +196,15 @@ mod tests {
         fn named(e: &Expr, rules: &[Rule]) -> String {
             match e {
                 Expr::Ref(r) => format!("Ref({})", rules[*r].name),
-                Expr::Seq(v) => format!(
-                    "Seq({})",
-                    v.iter()
-                        .map(|x| named(x, rules))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                ),
-                Expr::Alt(v) => format!(
-                    "Alt({})",
-                    v.iter()
-                        .map(|x| named(x, rules))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                ),
+                Expr::Seq(v) | Expr::Alt(v) => {
+                    let kind = if matches!(e, Expr::Seq(_)) {
+                        "Seq"
+                    } else {
+                        "Alt"
+                    };
+                    let items: Vec<String> = v.iter().map(|x| named(x, rules)).collect();
+                    format!("{kind}({})", items.join(","))
+                }
                 Expr::Repeat { expr, min, max } => {
                     format!("Repeat({},{min},{max:?})", named(expr, rules))
                 }
