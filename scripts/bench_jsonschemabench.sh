@@ -10,9 +10,10 @@
 # differ in what they follow (see the peer script): compare their shapes. Each engine's
 # per-file lines are kept in $TARGET/coverage/{poot,llguidance}.jsonl.
 #
-# usage: [CORPUS=jsonschemabench|schemastore|all] [PEER=1] [EXTRA_KEYS=1] scripts/bench_jsonschemabench.sh [MODEL.gguf]
-#        (default model $POOT_REFERENCE_GGUF, default corpus jsonschemabench; EXTRA_KEYS=1
-#        compiles as `guided_json_extra_keys: true`, JSON Schema's reading of unlisted keys)
+# usage: [CORPUS=jsonschemabench|schemastore|all] [PEER=1] [NO_EXTRA_KEYS=1] scripts/bench_jsonschemabench.sh [MODEL.gguf]
+#        (default model $POOT_REFERENCE_GGUF, default corpus jsonschemabench; NO_EXTRA_KEYS=1
+#        compiles as `guided_json_extra_keys: false` asks: objects take only their listed keys
+#        where `additionalProperties` is left out, instead of JSON Schema's reading)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-${POOT_REFERENCE_GGUF:?usage: $0 MODEL.gguf (or set POOT_REFERENCE_GGUF)}}
@@ -39,7 +40,7 @@ out=$TARGET/coverage
 mkdir -p "$out"
 echo "== poot ($CORPUS)"
 extra=()
-[ "${EXTRA_KEYS:-0}" = 1 ] && extra=(--extra-keys)
+[ "${NO_EXTRA_KEYS:-0}" = 1 ] && extra=(--no-extra-keys)
 "$TARGET/release/poot" coverage --model "$MODEL" "${extra[@]}" "$tmp/files" > "$out/poot.jsonl"
 tail -n 1 "$out/poot.jsonl"
 python3 scripts/coverage_table.py "$out/poot.jsonl"

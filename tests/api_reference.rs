@@ -86,21 +86,44 @@ fn guided_json_the_specs_character_schema() {
         },
         "required": ["name", "class"]
     });
-    for field in ["guided_json", "response_format"] {
-        let constraint = if field == "guided_json" {
-            schema.clone()
-        } else {
-            json!({"type": "json_schema", "json_schema": {"name": "character", "schema": schema}})
-        };
-        let out = complete(user(
-            "Make a character.",
-            json!({ field: constraint, "n": 2 }),
-        ));
+    let rf = |strict: bool| {
+        json!({"type": "json_schema",
+            "json_schema": {"name": "character", "schema": schema, "strict": strict}})
+    };
+    // Listed keys only (`guided_json_extra_keys: false`, or OpenAI's `strict: true`): the
+    // model stops on its own. By default the schema's other keys are open, as JSON Schema
+    // says, and a 135M model may invent keys until `max_tokens`: the reply still parses
+    // and validates.
+    for (extra, listed_only) in [
+        (
+            json!({"guided_json": schema, "guided_json_extra_keys": false}),
+            true,
+        ),
+        (json!({"response_format": rf(true)}), true),
+        (json!({"guided_json": schema, "max_tokens": 48}), false),
+        (
+            json!({"response_format": rf(false), "max_tokens": 48}),
+            false,
+        ),
+    ] {
+        let mut extra = extra;
+        extra["n"] = json!(2);
+        let out = complete(user("Make a character.", extra));
         for i in 0..2 {
             let text = message(&out, i)["content"].as_str().unwrap();
-            assert_eq!(out["choices"][i]["finish_reason"], "stop", "{text}");
-            let value: Value = serde_json::from_str(text).unwrap();
+            if listed_only {
+                assert_eq!(out["choices"][i]["finish_reason"], "stop", "{text}");
+            }
+            let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
             validate(&schema, &value);
+            if listed_only {
+                let keys = value.as_object().unwrap().keys();
+                assert!(
+                    keys.into_iter()
+                        .all(|k| ["name", "age", "class"].contains(&k.as_str())),
+                    "{text}"
+                );
+            }
         }
     }
 }
@@ -165,9 +188,12 @@ fn forced_tool_calls_parse_and_validate_in_three_choices() {
         "city": {"type": "string", "maxLength": 40},
         "unit": {"enum": ["celsius", "fahrenheit"]}},
         "required": ["city", "unit"]});
+    // `strict: true`, as OpenAI's clients send it: the arguments keep to the listed keys
+    // (without it they are open to others, as JSON Schema reads the schema, and a 135M model
+    // invents some until `max_tokens`).
     let tools = json!([
-        {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": weather}},
-        {"type": "function", "function": {"name": "get_time", "description": "Local time in a city",
+        {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": weather, "strict": true}},
+        {"type": "function", "function": {"name": "get_time", "description": "Local time in a city", "strict": true,
             "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}}, "required": ["city"]}}}
     ]);
     // One call per choice: with parallel calls allowed, a 135M model tends to repeat the call

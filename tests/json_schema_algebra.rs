@@ -425,7 +425,7 @@ fn schemas_with_automata_have_no_regex_but_a_grammar() {
     let schema = json!({"type": "object", "properties": {
         "id": {"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "minLength": 2, "maxLength": 5},
         "n": {"type": "integer", "multipleOf": 7}
-    }, "required": ["id"]});
+    }, "required": ["id"], "additionalProperties": false});
     let compiled = JsonSchema::compile(&schema, "guided_json").unwrap();
     assert!(compiled.regex(usize::MAX).is_none());
     assert!(compiled.dfa().is_some());

@@ -15,6 +15,9 @@ const CHARACTER = {
     class: { enum: ["warrior", "mage", "rogue"] },
   },
   required: ["name", "class"],
+  // Listed keys only: left out, JSON Schema (and the engine, by default) allows other keys
+  // too, and a small model given them invents keys until max_tokens.
+  additionalProperties: false,
 };
 const WEATHER_TOOL = {
   type: "function",
@@ -25,6 +28,7 @@ const WEATHER_TOOL = {
       type: "object",
       properties: { city: { type: "string", maxLength: 40 }, unit: { enum: ["celsius", "fahrenheit"] } },
       required: ["city", "unit"],
+      additionalProperties: false,
     },
   },
 };

@@ -43,6 +43,8 @@ export interface ConstraintRequest {
   guided_regex?: string | null;
   guided_grammar?: string | null;
   guided_json?: object | string | boolean | null;
+  /** `false`: objects take only their listed keys where `additionalProperties` is left out (default `true`, as JSON Schema says). */
+  guided_json_extra_keys?: boolean | null;
   response_format?:
     | { type: "text" }
     | { type: "json_object" }

@@ -82,6 +82,12 @@ export interface GuidedParams {
   guided_grammar?: string | null;
   /** The output is JSON valid under this schema (an object, or its JSON text). */
   guided_json?: SchemaInput | string | null;
+  /**
+   * A poot extension: how schemas read an object that lists `properties` and leaves
+   * `additionalProperties` out. `true` (the default): other keys too, as JSON Schema says;
+   * `false`: only the listed keys (small models given the choice often invent keys).
+   */
+  guided_json_extra_keys?: boolean | null;
   /** Sample from the `top_k` most likely tokens (0 or -1: off). */
   top_k?: number | null;
   /** Drop tokens less likely than `min_p` times the most likely one. */

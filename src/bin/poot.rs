@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! poot check  --request FILE [--emit gbnf]
-//! poot coverage --model GGUF [--extra-keys] PATH...
+//! poot coverage --model GGUF [--no-extra-keys] PATH...
 //! poot trace  --model GGUF --request FILE --output TEXT_FILE [--masks]
 //! poot sample --model GGUF --request FILE --n N --seed S [--max-tokens M]
 //! ```
@@ -53,7 +53,7 @@ const USAGE: &str = "usage:
               [--max-connections 256] [--queue 64] [--header-timeout 5] [--body-timeout 10]
               [--write-timeout 5] [--limits JSON]
   poot check  --request FILE [--emit gbnf]
-  poot coverage --model GGUF|tokenizer.json [--extra-keys] PATH...
+  poot coverage --model GGUF|tokenizer.json [--no-extra-keys] PATH...
   poot trace  --model GGUF|tokenizer.json --request FILE --output TEXT_FILE [--masks]
   poot sample --model GGUF|tokenizer.json --request FILE --n N --seed S [--max-tokens M]
 --backend gpu uses the adapter's shader-f16 and subgroups when it has them;
@@ -319,8 +319,8 @@ fn emit_gbnf(body: &[u8]) -> (String, bool) {
     }
 }
 
-/// `--model M`, `--extra-keys` (compile as `guided_json_extra_keys: true` asks) and one or
-/// more paths.
+/// `--model M`, `--no-extra-keys` (compile as `guided_json_extra_keys: false` asks: listed
+/// keys only) and one or more paths.
 fn coverage_args(args: &[String]) -> Result<(String, Vec<String>, SchemaOptions), Failure> {
     let mut model = None;
     let mut options = SchemaOptions::DEFAULT;
@@ -335,7 +335,7 @@ fn coverage_args(args: &[String]) -> Result<(String, Vec<String>, SchemaOptions)
                         .clone(),
                 )
             }
-            "--extra-keys" => options.extra_keys = true,
+            "--no-extra-keys" => options.extra_keys = false,
             a if a.starts_with("--") => {
                 return Err(Failure::Usage(format!("unknown option `{a}`")))
             }

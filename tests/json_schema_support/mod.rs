@@ -186,14 +186,15 @@ pub fn random_walks(automaton: &Compiled, n: usize, seed: u64, budget: usize) ->
 }
 
 /// Random walks through a grammar's token masks over a vocabulary of the 256 single bytes:
-/// each step picks a uniformly random allowed byte, or (half the time, and always after
-/// `budget` bytes) the first allowed closer: outside a string one of `"}],0` and the letters
-/// of `true`/`false`/`null`, which close strings, objects, arrays and values (`,` moves on to
-/// a required property); inside a string only `"` (a `}` or `0` there closes nothing, and a
-/// pattern such as `[0-9]+\.` would take `0` forever), and never `0` twice in a row (a
-/// number above zero would take `0.000…` forever). It ends with probability 1/4 where
-/// the output is complete. A grammar has no "distance to acceptance" to steer by, so a walk
-/// that is still open after `4 * budget` bytes is dropped; the caller checks how many remain.
+/// each step picks a uniformly random allowed byte, or (half the time) the first allowed
+/// closer: outside a string one of `"}],0` and the letters of `true`/`false`/`null`, which
+/// close strings, objects, arrays and values (`,` moves on to a required property); inside a
+/// string only `"` (a `}` or `0` there closes nothing, and a pattern such as `[0-9]+\.` would
+/// take `0` forever), and never `0` twice in a row (a number above zero would take `0.000…`
+/// forever). It ends with probability 1/4 where the output is complete, and after `budget`
+/// bytes takes a shortest completion ([`Matcher::closing_bytes`]: a required key among
+/// free-form extra keys is found by it, never by chance). A walk whose completion passes
+/// `4 * budget` bytes is dropped; the caller checks how many remain.
 pub fn grammar_walks(automaton: &Compiled, n: usize, seed: u64, budget: usize) -> Vec<Vec<u8>> {
     let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
     tokens.push(b"</s>".to_vec());
@@ -218,7 +219,22 @@ pub fn grammar_walks(automaton: &Compiled, n: usize, seed: u64, budget: usize) -
                 outs.push(text);
                 break;
             }
-            if allowed.is_empty() || text.len() > budget * 4 {
+            if allowed.is_empty() {
+                break;
+            }
+            if text.len() >= budget {
+                let Some(rest) = matcher.closing_bytes(budget * 4) else {
+                    break;
+                };
+                for &b in &rest {
+                    matcher.advance(u32::from(b)).expect("a completion's byte");
+                }
+                text.extend_from_slice(&rest);
+                assert!(
+                    matcher.is_accepting(),
+                    "a completion ends where the output may"
+                );
+                outs.push(text);
                 break;
             }
             let closers: &[u8] = if in_string && !escaped {
@@ -232,7 +248,7 @@ pub fn grammar_walks(automaton: &Compiled, n: usize, seed: u64, budget: usize) -
             let b = match closing {
                 // A second `0` in a row could be a number that must pass zero (`0.000…`).
                 Some(b'0') if text.last() == Some(&b'0') => allowed[rng.below(allowed.len())],
-                Some(b) if text.len() >= budget || rng.below(2) == 0 => b,
+                Some(b) if rng.below(2) == 0 => b,
                 _ => allowed[rng.below(allowed.len())],
             };
             if escaped {
