@@ -137,8 +137,7 @@ impl Spec {
             ))
         })?;
         let field = |k: &str| obj.get(k).filter(|v| !v.is_null());
-        let extra_keys = extra_keys_field(body)?;
-        let options = SchemaOptions::for_schema(extra_keys, false);
+        let options = schema_options(body)?;
         let mut specs = Vec::new();
         if let Some(v) = field("guided_choice") {
             specs.push(Spec::Choice(choice::parse_with(v, limits)?));
@@ -182,17 +181,13 @@ impl Spec {
                         invalid("response_format json_schema needs json_schema.schema".into())
                     })?;
                     check_size("response_format", schema_len(schema), limits.schema_bytes)?;
-                    // `name` is accepted and ignored; `strict: true` keeps objects to their
-                    // listed keys unless `guided_json_extra_keys` says otherwise.
-                    let strict = strict_flag(
-                        v.pointer("/json_schema/strict"),
-                        "response_format.json_schema.strict",
-                        "response_format",
-                    )?;
+                    // `name` and `strict` are accepted and ignored (the spec's words): the
+                    // schema's own `additionalProperties: false` is what OpenAI's strict mode
+                    // requires, and it says the same here.
                     specs.push(Spec::Json {
                         schema: schema.clone(),
                         field: "response_format",
-                        options: SchemaOptions::for_schema(extra_keys, strict),
+                        options,
                     });
                 }
                 _ => return Err(invalid(format!(
@@ -252,38 +247,21 @@ impl Spec {
 /// How a request's JSON Schemas (`guided_json`, `response_format`, tool parameters) read
 /// what they leave unsaid: the extension `guided_json_extra_keys` (a boolean, default
 /// `true`: where `additionalProperties` is left out, objects take other keys too, as JSON
-/// Schema says; `false` keeps them to their listed properties). For a schema sent with
-/// `strict: true` see [`SchemaOptions::for_schema`].
+/// Schema says; `false` keeps them to their listed properties).
 pub fn schema_options(body: &Value) -> Result<SchemaOptions> {
-    Ok(SchemaOptions::for_schema(extra_keys_field(body)?, false))
-}
-
-/// The request's `guided_json_extra_keys`, when it gives one (absent or null: `None`).
-pub fn extra_keys_field(body: &Value) -> Result<Option<bool>> {
+    let mut options = SchemaOptions::DEFAULT;
     match body.get("guided_json_extra_keys") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(other) => Err(Error::invalid_input(format!(
-            "guided_json_extra_keys must be a boolean, got {}",
-            json_kind(other)
-        ))
-        .with_param("guided_json_extra_keys")),
+        None | Some(Value::Null) => {}
+        Some(Value::Bool(b)) => options.extra_keys = *b,
+        Some(other) => {
+            return Err(Error::invalid_input(format!(
+                "guided_json_extra_keys must be a boolean, got {}",
+                json_kind(other)
+            ))
+            .with_param("guided_json_extra_keys"))
+        }
     }
-}
-
-/// OpenAI's `strict` beside a schema (`response_format.json_schema.strict`,
-/// `tools[i].function.strict`): a boolean or null; `at` names it in the error, `param` is
-/// the request field the error names.
-pub fn strict_flag(v: Option<&Value>, at: &str, param: &str) -> Result<bool> {
-    match v {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(other) => Err(Error::invalid_input(format!(
-            "{at} must be a boolean, got {}",
-            json_kind(other)
-        ))
-        .with_param(param)),
-    }
+    Ok(options)
 }
 
 /// The length of a schema's JSON text (a string value is taken as the text itself).
@@ -971,7 +949,7 @@ mod tests {
     }
 
     #[test]
-    fn strict_schemas_keep_to_their_listed_keys_unless_the_request_says_otherwise() {
+    fn guided_json_extra_keys_reads_every_schema_of_the_request() {
         let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
         let options = |body: Value| match spec(body).unwrap().unwrap() {
             Spec::Json { options, .. } => options.extra_keys,
@@ -981,35 +959,28 @@ mod tests {
             json!({"type": "json_schema",
                 "json_schema": {"name": "n", "strict": strict, "schema": schema}})
         };
-        // JSON Schema's reading by default; OpenAI's `strict: true` promises listed keys only;
-        // `guided_json_extra_keys` said outright wins over both.
+        // JSON Schema's reading by default; `strict` is accepted and ignored (the schema's
+        // own `additionalProperties: false` says what OpenAI's strict mode requires);
+        // `guided_json_extra_keys: false` keeps to the listed keys in every schema.
         assert!(options(json!({ "guided_json": schema })));
-        assert!(options(json!({ "response_format": rf(json!(false)) })));
-        assert!(options(json!({ "response_format": rf(json!(null)) })));
-        assert!(!options(json!({ "response_format": rf(json!(true)) })));
+        for strict in [json!(true), json!(false), json!(null), json!("yes")] {
+            assert!(options(json!({ "response_format": rf(strict.clone()) })));
+            assert!(!options(
+                json!({ "response_format": rf(strict), "guided_json_extra_keys": false })
+            ));
+        }
         assert!(!options(
             json!({ "guided_json": schema, "guided_json_extra_keys": false })
         ));
         assert!(options(
-            json!({ "response_format": rf(json!(true)), "guided_json_extra_keys": true })
-        ));
-        assert!(!options(
-            json!({ "response_format": rf(json!(false)), "guided_json_extra_keys": false })
+            json!({ "guided_json": schema, "guided_json_extra_keys": true })
         ));
         let compiled = |body: Value| spec(body).unwrap().unwrap().compile().unwrap();
         let extra = br#"{"a":1,"b":[{}]}"#;
         assert!(compiled(json!({ "guided_json": schema })).matches(extra));
-        assert!(!compiled(json!({ "response_format": rf(json!(true)) })).matches(extra));
-        assert!(compiled(json!({ "response_format": rf(json!(true)) })).matches(br#"{"a":1}"#));
-        for bad in [json!("yes"), json!(1)] {
-            let e = spec(json!({ "response_format": rf(bad) })).unwrap_err();
-            assert_eq!(e.param(), Some("response_format"));
-            assert!(
-                e.message()
-                    .contains("response_format.json_schema.strict must be a boolean"),
-                "{e}"
-            );
-        }
+        let listed = compiled(json!({ "guided_json": schema, "guided_json_extra_keys": false }));
+        assert!(!listed.matches(extra));
+        assert!(listed.matches(br#"{"a":1}"#));
         let e = spec(json!({ "guided_json": schema, "guided_json_extra_keys": "no" })).unwrap_err();
         assert_eq!(e.param(), Some("guided_json_extra_keys"));
     }

@@ -86,25 +86,23 @@ fn guided_json_the_specs_character_schema() {
         },
         "required": ["name", "class"]
     });
-    let rf = |strict: bool| {
-        json!({"type": "json_schema",
-            "json_schema": {"name": "character", "schema": schema, "strict": strict}})
-    };
-    // Listed keys only (`guided_json_extra_keys: false`, or OpenAI's `strict: true`): the
-    // model stops on its own. By default the schema's other keys are open, as JSON Schema
-    // says, and a 135M model may invent keys until `max_tokens`: the reply still parses
-    // and validates.
+    let rf = json!({"type": "json_schema",
+        "json_schema": {"name": "character", "schema": schema, "strict": true}});
+    // Listed keys only (`guided_json_extra_keys: false`): the model stops on its own. By
+    // default the schema's other keys are open, as JSON Schema says (`strict` is accepted
+    // and ignored), and a 135M model may invent keys until `max_tokens`: the reply still
+    // parses and validates.
     for (extra, listed_only) in [
         (
             json!({"guided_json": schema, "guided_json_extra_keys": false}),
             true,
         ),
-        (json!({"response_format": rf(true)}), true),
-        (json!({"guided_json": schema, "max_tokens": 48}), false),
         (
-            json!({"response_format": rf(false), "max_tokens": 48}),
-            false,
+            json!({"response_format": rf, "guided_json_extra_keys": false}),
+            true,
         ),
+        (json!({"guided_json": schema, "max_tokens": 48}), false),
+        (json!({"response_format": rf, "max_tokens": 48}), false),
     ] {
         let mut extra = extra;
         extra["n"] = json!(2);
@@ -187,13 +185,13 @@ fn forced_tool_calls_parse_and_validate_in_three_choices() {
     let weather = json!({"type": "object", "properties": {
         "city": {"type": "string", "maxLength": 40},
         "unit": {"enum": ["celsius", "fahrenheit"]}},
-        "required": ["city", "unit"]});
-    // `strict: true`, as OpenAI's clients send it: the arguments keep to the listed keys
-    // (without it they are open to others, as JSON Schema reads the schema, and a 135M model
-    // invents some until `max_tokens`).
+        "required": ["city", "unit"], "additionalProperties": false});
+    // The arguments keep to the listed keys: `additionalProperties: false` in one schema (as
+    // OpenAI's strict mode asks), `guided_json_extra_keys: false` on the request for the
+    // other (left open, a 135M model invents keys until `max_tokens`).
     let tools = json!([
         {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": weather, "strict": true}},
-        {"type": "function", "function": {"name": "get_time", "description": "Local time in a city", "strict": true,
+        {"type": "function", "function": {"name": "get_time", "description": "Local time in a city",
             "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}}, "required": ["city"]}}}
     ]);
     // One call per choice: with parallel calls allowed, a 135M model tends to repeat the call
@@ -209,7 +207,7 @@ fn forced_tool_calls_parse_and_validate_in_three_choices() {
         let out = complete(user(
             "What is the weather in Paris?",
             json!({"tools": tools, "tool_choice": choice, "n": 3, "max_tokens": 80,
-                   "parallel_tool_calls": parallel}),
+                   "parallel_tool_calls": parallel, "guided_json_extra_keys": false}),
         ));
         for i in 0..3 {
             let m = message(&out, i);

@@ -310,10 +310,10 @@ impl Request {
         let mut tool_warnings = Vec::new();
         let (tools, tools_json, tool_choice, parallel_tool_calls) = match endpoint {
             Endpoint::Chat => {
-                let extra_keys = crate::constraint::extra_keys_field(body)?;
+                let options = crate::constraint::schema_options(body)?;
                 let mut tools = parse_tools(f.get("tools"))?;
                 let choice = parse_tool_choice(f.get("tool_choice"), &tools)?;
-                tool_warnings = render_tool_schemas(&mut tools, &choice, limits, extra_keys)?;
+                tool_warnings = render_tool_schemas(&mut tools, &choice, limits, options)?;
                 let parallel = f.boolean("parallel_tool_calls")?.unwrap_or(true);
                 let json = f.get("tools").filter(|_| !tools.is_empty()).cloned();
                 (tools, json, choice, parallel)

@@ -81,10 +81,6 @@ pub struct Tool {
     /// [`render_tool_schemas`] when a call to this tool can be forced (`None` otherwise); a
     /// forced call's grammar is assembled from them.
     pub gbnf: Option<String>,
-    /// `function.strict`: OpenAI's promise that the arguments keep to the schema, read as
-    /// listed keys only where `additionalProperties` is left out
-    /// ([`SchemaOptions::for_schema`]).
-    pub strict: bool,
 }
 
 /// What `tool_choice` asks for.
@@ -226,17 +222,11 @@ pub fn parse_tools(v: Option<&Value>) -> Result<Vec<Tool>> {
                 )))
             }
         };
-        let strict = crate::constraint::strict_flag(
-            f.get("strict"),
-            &format!("{at}.function.strict"),
-            "tools",
-        )?;
         tools.push(Tool {
             name,
             description,
             parameters,
             gbnf: None,
-            strict,
         });
     }
     Ok(tools)
@@ -250,13 +240,12 @@ pub fn parse_tools(v: Option<&Value>) -> Result<Vec<Tool>> {
 /// warning in the returned list (a call to it could not be forced). The tools of one request
 /// share [`TOOLS_SCHEMA_BUDGET`] schemas' limits (subschema visits, `enum` judge work, bytes
 /// of rules), failed checks included, so a list of 128 hard schemas costs what 4 do; the
-/// schemas read by `extra_keys` (the request's `guided_json_extra_keys`, when it gives one)
-/// and each tool's `strict` ([`SchemaOptions::for_schema`]).
+/// schemas read by `options` (the request's `guided_json_extra_keys`).
 pub fn render_tool_schemas(
     tools: &mut [Tool],
     choice: &ToolChoice,
     limits: &Limits,
-    extra_keys: Option<bool>,
+    options: SchemaOptions,
 ) -> Result<Vec<String>> {
     let mut warnings = Vec::new();
     let mut unlisted = 0usize;
@@ -296,7 +285,6 @@ pub fn render_tool_schemas(
             }
             .with_param("tools")
         };
-        let options = SchemaOptions::for_schema(extra_keys, tool.strict);
         let (gbnf, work) = JsonSchema::gbnf_within(&tool.parameters, "tools", &this, options);
         left.visits = left.visits.saturating_sub(work.visits);
         left.judge_work = left.judge_work.saturating_sub(work.judge_work);
@@ -1025,8 +1013,13 @@ mod tests {
     /// `tools` read, with every schema compiled as `"required"` does.
     fn forceable(v: &Value) -> Vec<Tool> {
         let mut t = parse_tools(Some(v)).unwrap();
-        let warnings =
-            render_tool_schemas(&mut t, &ToolChoice::Required, &Limits::DEFAULT, None).unwrap();
+        let warnings = render_tool_schemas(
+            &mut t,
+            &ToolChoice::Required,
+            &Limits::DEFAULT,
+            SchemaOptions::DEFAULT,
+        )
+        .unwrap();
         assert!(warnings.is_empty());
         t
     }
@@ -1310,7 +1303,7 @@ mod tests {
         ]);
         let render = |choice: ToolChoice| {
             let mut t = parse_tools(Some(&two)).unwrap();
-            let r = render_tool_schemas(&mut t, &choice, &Limits::DEFAULT, None);
+            let r = render_tool_schemas(&mut t, &choice, &Limits::DEFAULT, SchemaOptions::DEFAULT);
             (r, t)
         };
         for choice in [ToolChoice::Required, ToolChoice::Function("a".into())] {
@@ -1461,45 +1454,33 @@ mod tests {
             assert!(!g.matches(s.as_bytes()), "{s}");
         }
         // An unlisted key is an extra one, as JSON Schema reads `additionalProperties` left
-        // out; `strict: true` (OpenAI's promise that the arguments keep to the schema) or the
-        // request's `guided_json_extra_keys: false` keeps to the listed keys.
+        // out; the request's `guided_json_extra_keys: false` keeps to the listed keys.
+        // `strict` is accepted and ignored.
         let unlisted = weather_call(r#"{"days":3,"loc":{"city":"Paris","x":[]},"x":1}"#);
         assert!(g.matches(unlisted.as_bytes()), "{unlisted}");
-        let strict_tools = |strict: bool, extra_keys: Option<bool>| {
+        let forced = |strict: bool, extra_keys: bool| {
             let mut t = parse_tools(Some(&json!([{"type": "function", "function": {
                 "name": "get_weather", "parameters": weather_schema(), "strict": strict}}])))
             .unwrap();
-            render_tool_schemas(&mut t, &ToolChoice::Required, &Limits::DEFAULT, extra_keys)
-                .unwrap();
+            let options = SchemaOptions { extra_keys };
+            render_tool_schemas(&mut t, &ToolChoice::Required, &Limits::DEFAULT, options).unwrap();
             let text = Codec::ChatMl
                 .forced_grammar(&t, &ToolChoice::Required, false, &Limits::DEFAULT)
                 .unwrap()
                 .unwrap();
             Grammar::new(&text).unwrap()
         };
-        for (strict, extra_keys, takes_unlisted) in [
-            (true, None, false),
-            (false, Some(false), false),
-            (true, Some(true), true),
-            (false, None, true),
-        ] {
-            let g = strict_tools(strict, extra_keys);
-            assert_eq!(
-                g.matches(unlisted.as_bytes()),
-                takes_unlisted,
-                "strict {strict}, guided_json_extra_keys {extra_keys:?}"
-            );
-            assert!(g.matches(ok[1].as_bytes()));
+        for strict in [false, true] {
+            for extra_keys in [false, true] {
+                let g = forced(strict, extra_keys);
+                assert_eq!(
+                    g.matches(unlisted.as_bytes()),
+                    extra_keys,
+                    "strict {strict}"
+                );
+                assert!(g.matches(ok[1].as_bytes()));
+            }
         }
-        let e = parse_tools(Some(&json!([{"type": "function", "function": {
-            "name": "f", "strict": "yes"}}])))
-        .unwrap_err();
-        assert_eq!(e.param(), Some("tools"));
-        assert!(
-            e.message()
-                .contains("tools[0].function.strict must be a boolean"),
-            "{e}"
-        );
 
         // A named function allows exactly one call to that tool, whatever
         // parallel_tool_calls says; "required" with parallel allows several calls.

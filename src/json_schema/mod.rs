@@ -246,15 +246,6 @@ pub struct SchemaOptions {
 
 impl SchemaOptions {
     pub const DEFAULT: SchemaOptions = SchemaOptions { extra_keys: true };
-
-    /// One schema's options: the request's `guided_json_extra_keys` when it gives one, else
-    /// listed keys only for a schema sent with OpenAI's `strict: true` (whose outputs never
-    /// carry a key the schema does not list), else [`SchemaOptions::DEFAULT`].
-    pub fn for_schema(extra_keys: Option<bool>, strict: bool) -> Self {
-        SchemaOptions {
-            extra_keys: extra_keys.unwrap_or(!strict),
-        }
-    }
 }
 
 impl Default for SchemaOptions {

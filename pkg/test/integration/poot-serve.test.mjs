@@ -178,12 +178,13 @@ test("openai client: a forced tool call parses and validates", async () => {
     type: "object",
     properties: { city: { type: "string", maxLength: 30 }, unit: { enum: ["celsius", "fahrenheit"] } },
     required: ["city", "unit"],
+    // Listed keys only, as OpenAI's strict mode asks (left open, a 135M model invents keys).
+    additionalProperties: false,
   };
   const out = await client.chat.completions.create({
     messages: [{ role: "user", content: "What is the weather in Paris?" }],
     max_tokens: 60,
-    // strict: the arguments keep to the listed keys (left open, a 135M model invents some).
-    tools: [{ type: "function", function: { name: "get_weather", parameters, strict: true } }],
+    tools: [{ type: "function", function: { name: "get_weather", parameters } }],
     tool_choice: { type: "function", function: { name: "get_weather" } },
     parallel_tool_calls: false,
   });
@@ -199,7 +200,7 @@ test("openai client: a forced tool call parses and validates", async () => {
 test("tool schemas matter only when a call is forced; a named function is one call; every constraint field is checked", async () => {
   const tools = [
     { type: "function", function: { name: "tag", parameters: { type: "object", properties: { tags: { type: "array", items: { type: "string" }, uniqueItems: true } } } } },
-    { type: "function", function: { name: "add", strict: true, parameters: { type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } }, required: ["a", "b"] } } },
+    { type: "function", function: { name: "add", parameters: { type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } }, required: ["a", "b"], additionalProperties: false } } },
   ];
   const messages = [{ role: "user", content: "Add 2 and 3." }];
   // tool_choice auto: the refused schema is a warning, in the body and in the header.
