@@ -505,6 +505,8 @@ impl Constraint {
                 |s, b| dfa.next(s, b),
                 |b| dfa.byte_class(b),
                 known,
+                // A DFA makes no calls.
+                |_| None,
                 |s, r| {
                     let i = dfa.index(s);
                     let claim = self.run_groups[i].compare_exchange(

@@ -620,6 +620,7 @@ fn state_runs(g: &Grammar, seeds: &[Option<Run>], memo: &mut RunMemo) -> Vec<Run
             |s, b| g.next_in_rule(s, b),
             |b| g.classes[usize::from(b)],
             |s| runs[s as usize].get(),
+            |s| seeds[s as usize],
             // The first run stored for a state stays (any is right).
             |s, r| {
                 let cell = &runs[s as usize];
@@ -1656,6 +1657,33 @@ mod tests {
         assert_eq!(g.counters.len(), 3, "{g:?}");
         let text = format!("(a)({})(){}", "a".repeat(300), "x".repeat(330));
         check_grammar(&g, &[&text], false);
+    }
+
+    #[test]
+    fn a_loop_run_continues_through_a_call() {
+        // A key other than "ab" (the shape of a schema's extra keys beside a listed one):
+        // after each position the other characters go to a called string rule (a loop, and
+        // recursive after `\(`, so never inlined). The key's first position takes every letter, `a` by its own move
+        // and the rest through the call: its run must keep the letters, or its first mask
+        // walks the whole vocabulary.
+        let grammar = "root ::= \"\\\"\" key \"\\\":1\"\n\
+            key ::= \"\" | [^\"\\\\a] str | \"a\" (\"\" | [^\"\\\\b] str | \"b\" [^\"\\\\] str)\n\
+            str ::= ([^\"\\\\] | \"\\\\(\" str \")\")*";
+        let g = Grammar::new(grammar).unwrap();
+        let runs = grammar_runs(&g);
+        let key_start = g.next_in_rule(g.entry, b'"');
+        assert_ne!(key_start, NONE);
+        let letters = Trie::byte_group(b'x');
+        let r = runs[key_start as usize];
+        assert_eq!(
+            (r.groups & letters, r.len),
+            (letters, Run::UNBOUNDED),
+            "{r:?}"
+        );
+        check(
+            grammar,
+            &["\"abc\":1", "\"a\":1", "\"x\\(y)z\":1", "\"\":1"],
+        );
     }
 
     fn check(grammar: &str, texts: &[&str]) {
