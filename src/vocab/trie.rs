@@ -674,6 +674,9 @@ impl Trie {
     /// loop through several states (an unanchored `[0-9a-f]{40}` inside a string, whose
     /// states count the hex digits seen but all take any string character) is a set of
     /// groups that no state reachable over them dies on.
+    // The automaton (`next`, `class`, `dead`), the runs table (`known`, `through`, `store`)
+    // and the memo are separate borrows of the caller's own structures.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
         t: u32,
         dead: u32,
