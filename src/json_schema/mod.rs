@@ -202,7 +202,7 @@ pub struct SchemaWork {
     pub judge_work: u64,
 }
 
-/// A compiled schema: the regular language of its outputs.
+/// A compiled schema: the language of its outputs.
 ///
 /// ```
 /// use serde_json::json;
@@ -213,7 +213,8 @@ pub struct SchemaWork {
 ///         "age": {"type": "integer", "minimum": 1, "maximum": 120},
 ///         "class": {"enum": ["warrior", "mage", "rogue"]}
 ///     },
-///     "required": ["name", "class"]
+///     "required": ["name", "class"],
+///     "additionalProperties": false
 /// });
 /// let compiled = poot::json_schema::JsonSchema::compile(&schema, "guided_json").unwrap();
 /// let dfa = compiled.dfa().expect("a small schema compiles to a DFA");
@@ -222,6 +223,13 @@ pub struct SchemaWork {
 /// assert!(!dfa.matches(br#"{"age":121,"class":"mage","name":"Bel"}"#));
 /// assert!(!dfa.matches(br#"{"name":"Bel"}"#));
 /// assert!(compiled.gbnf().starts_with("root ::= "));
+/// // Without `additionalProperties`, other keys with any value are valid too (the grammar
+/// // engine runs the free-form values).
+/// let mut open = schema.clone();
+/// open.as_object_mut().unwrap().remove("additionalProperties");
+/// let open = poot::json_schema::JsonSchema::compile(&open, "guided_json").unwrap();
+/// assert!(open.matches(br#"{"class":"mage","name":"Bel","pet":{"kind":["cat"]}}"#));
+/// assert!(!open.matches(br#"{"class":"mage","name":"Bel","age":"old"}"#));
 /// ```
 #[derive(Debug, Clone)]
 pub struct JsonSchema {
