@@ -1663,9 +1663,9 @@ mod tests {
     fn a_loop_run_continues_through_a_call() {
         // A key other than "ab" (the shape of a schema's extra keys beside a listed one):
         // after each position the other characters go to a called string rule (a loop, and
-        // recursive after `\(`, so never inlined). The key's first position takes every letter, `a` by its own move
-        // and the rest through the call: its run must keep the letters, or its first mask
-        // walks the whole vocabulary.
+        // recursive after `\(`, so never inlined). The key's first position takes every
+        // letter, `a` by its own move and the rest through the call: its run must keep the
+        // letters, or its first mask walks the whole vocabulary.
         let grammar = "root ::= \"\\\"\" key \"\\\":1\"\n\
             key ::= \"\" | [^\"\\\\a] str | \"a\" (\"\" | [^\"\\\\b] str | \"b\" [^\"\\\\] str)\n\
             str ::= ([^\"\\\\] | \"\\\\(\" str \")\")*";

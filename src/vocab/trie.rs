@@ -745,7 +745,7 @@ impl Trie {
             // A chain state whose characters take a common group this run lacks is left to
             // its own turn, where a loop search may find the group (the first position of a
             // key that must differ from a listed one: its letters lead two ways).
-            if succs(c).live & Self::COMMON_GROUPS & !tail.groups == 0 {
+            if !Self::loop_may_beat(succs(c).live, tail) {
                 store(c, tail);
             }
         }
@@ -767,6 +767,17 @@ impl Trie {
 
     /// The groups most tokens are made of: a run without them takes few subtrees.
     const COMMON_GROUPS: u64 = (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7);
+
+    /// How many of the [`Trie::COMMON_GROUPS`] `groups` holds.
+    fn common(groups: u64) -> u32 {
+        (groups & Self::COMMON_GROUPS).count_ones()
+    }
+
+    /// Whether a loop search from a state taking `live` may find a run better than `run`:
+    /// only a common group the state takes but `run` does not can make it better.
+    fn loop_may_beat(live: u64, run: Run) -> bool {
+        live & Self::COMMON_GROUPS & !run.groups != 0
+    }
     /// A loop run looks at this many states at most (an unanchored `[a-z]{162}` inside a
     /// string is ~330 DFA states: each count, before and after a match).
     const LOOP_STATES: usize = 1024;
@@ -786,8 +797,7 @@ impl Trie {
             return chained;
         }
         let live = succs(t).live;
-        // Only a common group `t` takes but the chain does not can make the loop better.
-        if live & Self::COMMON_GROUPS & !chained.groups == 0 {
+        if !Self::loop_may_beat(live, chained) {
             return chained;
         }
         let (groups, reached) = match Self::loop_groups(t, live, through, succs, search_left) {
@@ -798,7 +808,7 @@ impl Trie {
                 return chained;
             }
         };
-        let common = |g: u64| (g & Self::COMMON_GROUPS).count_ones();
+        let common = Self::common;
         let wins = common(groups) > common(chained.groups)
             || (common(groups) == common(chained.groups)
                 && groups & chained.groups == chained.groups);
@@ -867,8 +877,7 @@ impl Trie {
                         if r.groups & groups == groups {
                             continue;
                         }
-                        let common = |g: u64| (g & Self::COMMON_GROUPS).count_ones();
-                        groups = if common(groups & r.groups) > common(groups & !bit) {
+                        groups = if Self::common(groups & r.groups) > Self::common(groups & !bit) {
                             groups & r.groups
                         } else {
                             groups & !bit
