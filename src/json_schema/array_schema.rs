@@ -11,15 +11,8 @@ impl Compiler<'_> {
                 return Err(unsupported(k, &here, "counting matching items"));
             }
         }
-        let min = m
-            .get("minItems")
-            .map(|v| as_count(v, "minItems", &here))
-            .transpose()?
-            .unwrap_or(0);
-        let max = m
-            .get("maxItems")
-            .map(|v| as_count(v, "maxItems", &here))
-            .transpose()?;
+        let min = count_keyword(m, "minItems", &here)?.unwrap_or(0);
+        let max = count_keyword(m, "maxItems", &here)?;
         let unique = m.get("uniqueItems") == Some(&Value::Bool(true)) && max.is_none_or(|x| x > 1);
         let not_unique = || unsupported("uniqueItems", &here, "items must differ from each other");
         let (prefix, rest): (Vec<Value>, Value) = match (m.get("prefixItems"), m.get("items")) {

@@ -815,6 +815,11 @@ fn as_count(v: &Value, key: &str, path: &str) -> R<u32> {
     })
 }
 
+/// Keyword `key` of `m` as a count ([`as_count`]), `None` when absent.
+fn count_keyword(m: &Map<String, Value>, key: &str, path: &str) -> R<Option<u32>> {
+    m.get(key).map(|v| as_count(v, key, path)).transpose()
+}
+
 fn as_f64(v: &Value, key: &str, path: &str) -> R<f64> {
     v.as_f64()
         .ok_or_else(|| Fail::Invalid(format!("`{key}` at {path} must be a number")))

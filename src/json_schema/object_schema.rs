@@ -179,15 +179,8 @@ impl Compiler<'_> {
         }
         let r = items.iter().filter(|x| x.2).count() as u32;
         let listed = items.len() as u32;
-        let min_p = m
-            .get("minProperties")
-            .map(|v| as_count(v, "minProperties", &here))
-            .transpose()?
-            .unwrap_or(0);
-        let max_p = m
-            .get("maxProperties")
-            .map(|v| as_count(v, "maxProperties", &here))
-            .transpose()?;
+        let min_p = count_keyword(m, "minProperties", &here)?.unwrap_or(0);
+        let max_p = count_keyword(m, "maxProperties", &here)?;
         if max_p.is_some_and(|x| x < r) {
             return Ok(Node::Nothing);
         }

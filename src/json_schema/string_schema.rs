@@ -13,14 +13,8 @@ impl Compiler<'_> {
                 }
             }
         }
-        let min = m
-            .get("minLength")
-            .map(|v| as_count(v, "minLength", &here))
-            .transpose()?;
-        let max = m
-            .get("maxLength")
-            .map(|v| as_count(v, "maxLength", &here))
-            .transpose()?;
+        let min = count_keyword(m, "minLength", &here)?;
+        let max = count_keyword(m, "maxLength", &here)?;
         let mut contents: Vec<(Node, &str)> = Vec::new();
         // Several patterns where `allOf` or `$ref` merged them (see `merge`).
         let patterns = match m.get("pattern") {
