@@ -647,10 +647,11 @@ fn leaf_rules(g: &Grammar) -> Vec<bool> {
 /// `s`'s state after byte `b` within its rule, or, where only a call of `s` reads `b` and
 /// the callee is a `leaf` rule, the callee's state after it: a run may go on into the call
 /// (a frame may enter it), so a key position that reads its listed letters itself and
-/// hands any other character to the string rule takes the string's characters (cold masks
-/// over 100 us on the corpus: 12,634 steps before, 6,491 after; mask p99 106 -> 73 us).
-/// Only leaf callees: entering any callee let the loop searches wander through the calls
-/// of the grammar's large rules (compile p99 9.1 -> 12.6 ms for the same masks).
+/// hands any other character to the string rule takes the string's characters. On the
+/// corpus, two runs each: cold masks over 100 us 12,903 / 13,191 steps -> 7,454 / 7,794,
+/// mask p99 109 / 112 -> 79 / 81 us, for compile p99 8.7 / 9.0 -> 9.6 / 9.9 ms (the loop
+/// searches see the callees' states). Only leaf callees: entering any callee let the
+/// searches wander through the calls of the grammar's large rules (p99 12.6 ms, same masks).
 fn next_into_calls(g: &Grammar, leaf: &[bool], s: u32, b: u8) -> u32 {
     let n = g.next_in_rule(s, b);
     if n != NONE || !g.call_first(s).contains(b) {
