@@ -160,7 +160,7 @@ impl GrammarClosing {
         for c in &g.counters {
             if c.lo_far != NONE && c.min > 0 {
                 let s = c.lo_far as usize;
-                if let Some(&(rule, _)) = g.call_edges.get(g.call_off[s] as usize) {
+                if let Some(&(rule, _)) = g.calls(c.lo_far).first() {
                     far_items[s] = rule;
                 }
             }

@@ -637,7 +637,7 @@ fn state_runs(g: &Grammar, leaf: &[bool], seeds: &[Option<Run>], memo: &mut RunM
 fn leaf_rules(g: &Grammar) -> Vec<bool> {
     let mut leaf = vec![true; g.call_start.len()];
     for s in 0..g.state_count() {
-        if g.call_off[s] != g.call_off[s + 1] {
+        if !g.calls(s as u32).is_empty() {
             leaf[g.rule_of[s] as usize] = false;
         }
     }
@@ -657,11 +657,7 @@ fn next_into_calls(g: &Grammar, leaf: &[bool], s: u32, b: u8) -> u32 {
     if n != NONE || !g.call_first(s).contains(b) {
         return n;
     }
-    let (a, z) = (
-        g.call_off[s as usize] as usize,
-        g.call_off[s as usize + 1] as usize,
-    );
-    g.call_edges[a..z]
+    g.calls(s)
         .iter()
         .filter(|&&(callee, _)| leaf[callee as usize])
         .map(|&(callee, _)| g.next_in_rule(g.call_start[callee as usize], b))
@@ -734,8 +730,7 @@ fn runs_through_calls(g: &Grammar, own: Vec<Run>, one_char: &mut [Option<u64>]) 
     for _ in 0..8 {
         let mut changed = false;
         for s in (0..runs.len()).rev() {
-            let (a, z) = (g.call_off[s] as usize, g.call_off[s + 1] as usize);
-            for &(callee, ret) in &g.call_edges[a..z] {
+            for &(callee, ret) in g.calls(s as u32) {
                 let start = g.call_start[callee as usize];
                 let chars = *one_char[callee as usize].get_or_insert_with(|| {
                     Trie::groups_to(
@@ -930,9 +925,7 @@ impl Index {
                 exits.push(n as u32);
             }
         }
-        let (ca, cz) = (g.call_off[s as usize], g.call_off[s as usize + 1]);
-        for k in ca as usize..cz as usize {
-            let (callee, ret) = g.call_edges[k];
+        for &(callee, ret) in g.calls(s) {
             let start = g.call_start[callee as usize];
             let m = match root {
                 None => self.state_masks(start)?,

@@ -460,6 +460,12 @@ impl Grammar {
         &self.entries[a..=w * 64 + bits.trailing_zeros() as usize]
     }
 
+    /// The calls of state `s`: (rule, return state) pairs.
+    #[inline]
+    pub(crate) fn calls(&self, s: u32) -> &[(u32, u32)] {
+        &self.call_edges[self.call_off[s as usize] as usize..self.call_off[s as usize + 1] as usize]
+    }
+
     /// Bytes `s` can consume without returning (directly or through calls).
     #[inline]
     pub(crate) fn first(&self, s: u32) -> &BitSet256 {
