@@ -504,6 +504,7 @@ impl Constraint {
                 DEAD,
                 |s, b| dfa.next(s, b),
                 |b| dfa.byte_class(b),
+                |_| u64::MAX,
                 known,
                 // A DFA makes no calls.
                 |_| None,

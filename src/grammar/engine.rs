@@ -611,7 +611,13 @@ fn groups(set: &BitSet256) -> u64 {
 /// `leaf` ([`next_into_calls`]): a return ends a run, and another call ends it unless `seeds`
 /// gives the calling state a run, which then stays); `memo` keeps the states' successors for
 /// the next call.
-fn state_runs(g: &Grammar, leaf: &[bool], seeds: &[Option<Run>], memo: &mut RunMemo) -> Vec<Run> {
+fn state_runs(
+    g: &Grammar,
+    leaf: &[bool],
+    may_live: &[u64],
+    seeds: &[Option<Run>],
+    memo: &mut RunMemo,
+) -> Vec<Run> {
     let runs: Vec<std::cell::Cell<Option<Run>>> =
         seeds.iter().map(|&r| std::cell::Cell::new(r)).collect();
     for t in 0..g.state_count() as u32 {
@@ -620,6 +626,8 @@ fn state_runs(g: &Grammar, leaf: &[bool], seeds: &[Option<Run>], memo: &mut RunM
             NONE,
             |s, b| next_into_calls(g, leaf, s, b),
             |b| g.classes[usize::from(b)],
+            // A state takes no byte outside its first bytes, its calls' included.
+            |s| may_live[g.first_of[s as usize] as usize],
             |s| runs[s as usize].get(),
             |s| seeds[s as usize],
             // The first run stored for a state stays (any is right).
@@ -687,8 +695,9 @@ fn grammar_runs_entering(g: &Grammar, leaf: &[bool]) -> Vec<Run> {
     // Per rule, the groups of the characters after which a call of it can complete: the
     // same every round.
     let mut one_char: Vec<Option<u64>> = vec![None; g.call_start.len()];
+    let may_live: Vec<u64> = g.byte_sets.iter().map(Trie::groups_within).collect();
     for _ in 0..ROUNDS {
-        let own = state_runs(g, leaf, &seeds, &mut memo);
+        let own = state_runs(g, leaf, &may_live, &seeds, &mut memo);
         through = runs_through_calls(g, own.clone(), &mut one_char);
         let mut changed = false;
         for (s, (&t, &o)) in through.iter().zip(&own).enumerate() {

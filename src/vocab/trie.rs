@@ -661,7 +661,9 @@ impl Trie {
     const SKIP_MIN_NODES: usize = 8;
 
     /// The [`Run`] of automaton state `t`. `next` must keep `dead` dead; `class(b)` groups
-    /// bytes that `next` treats alike (each byte its own class is correct, only slower).
+    /// bytes that `next` treats alike (each byte its own class is correct, only slower);
+    /// `may_live(s)` holds every group none of whose characters `next` kills at `s` (more is
+    /// correct, only slower: `u64::MAX` reads every group), see [`Trie::groups_within`].
     /// `known(s)` returns runs computed before (`t`'s own, when known, comes straight back)
     /// and `store` records the ones computed here (a state may be stored again: keeping
     /// the first is right); `through(s)` the runs a state takes through the calls it makes,
@@ -682,6 +684,7 @@ impl Trie {
         dead: u32,
         next: impl Fn(u32, u8) -> u32,
         class: impl Fn(u8) -> u8,
+        may_live: impl Fn(u32) -> u64,
         known: impl Fn(u32) -> Option<Run>,
         through: impl Fn(u32) -> Option<Run>,
         mut store: impl FnMut(u32, Run),
@@ -703,6 +706,7 @@ impl Trie {
                         dead,
                         &next,
                         &class,
+                        may_live(s),
                         reps,
                         &mut memo.continuations,
                     ))
@@ -911,7 +915,15 @@ impl Trie {
         done: impl Fn(u32) -> bool,
     ) -> u64 {
         let reps = Representatives::new(&class);
-        let succ = Self::successors(t, dead, &next, &class, &reps, &mut Continuations::default());
+        let succ = Self::successors(
+            t,
+            dead,
+            &next,
+            &class,
+            u64::MAX,
+            &reps,
+            &mut Continuations::default(),
+        );
         let not_done = succ
             .pairs
             .iter()
@@ -920,16 +932,45 @@ impl Trie {
         succ.live & !not_done
     }
 
+    /// The groups all of whose first bytes are in `bytes`: at a state that takes no byte
+    /// outside `bytes`, the groups that may keep it alive ([`Trie::run`]'s `may_live`).
+    pub(crate) fn groups_within(bytes: &crate::grammar::BitSet256) -> u64 {
+        static GROUP_BYTES: std::sync::OnceLock<[(u64, [u64; 4]); 61]> = std::sync::OnceLock::new();
+        let group_bytes = GROUP_BYTES.get_or_init(|| {
+            let mut out = [(0u64, [0u64; 4]); 61];
+            for b in 0..=255u8 {
+                let g = Self::byte_group(b);
+                if g != 0 {
+                    let e = &mut out[g.trailing_zeros() as usize];
+                    e.0 = g;
+                    e.1[usize::from(b >> 6)] |= 1 << (b & 63);
+                }
+            }
+            out
+        });
+        group_bytes
+            .iter()
+            .filter(|(_, set)| (0..4).all(|w| bytes.0[w] & set[w] == set[w]))
+            .fold(0, |a, &(g, _)| a | g)
+    }
+
     /// Per character group, where the characters of `t` lead; see [`GroupSuccessors`].
-    /// `reps`: [`Representatives`] of `class`.
+    /// `reps`: [`Representatives`] of `class`. Only the groups in `may_live` are read (the
+    /// others are taken as dying): a key's letters, a literal's bytes take one or two groups
+    /// at most, and reading every representative at each of a schema grammar's states was
+    /// ~17 % of a small grammar-backed compile.
     fn successors(
         t: u32,
         dead: u32,
         next: &impl Fn(u32, u8) -> u32,
         class: &impl Fn(u8) -> u8,
+        may_live: u64,
         reps: &Representatives,
         memo: &mut Continuations,
     ) -> GroupSuccessors {
+        if may_live == 0 {
+            return GroupSuccessors::new(0, Vec::new());
+        }
         let (mut seen, mut died) = (0u64, 0u64);
         let mut pairs: Vec<(u8, u32)> = Vec::new();
         // Per group, the first state paired with it: the bytes of a group mostly lead to one
@@ -951,7 +992,9 @@ impl Trie {
             }
         };
         for &(group, b) in &reps.ascii {
-            add(group, next(t, b), &mut pairs);
+            if group & may_live != 0 {
+                add(group, next(t, b), &mut pairs);
+            }
         }
         // Every state the byte sequences of `ranges` (one byte per class) lead to from
         // `s`, into `out`; false when one dies or there are more than ENDS (the group is
@@ -1019,6 +1062,9 @@ impl Trie {
         // Leads of one length mostly reach one state: its ends are found once (the last).
         let mut last: Option<(u32, (u8, u8), usize, bool)> = None;
         for &(group, lead) in &reps.leads {
+            if group & may_live == 0 {
+                continue;
+            }
             let Some((second, k)) = Self::utf8_second(lead) else {
                 continue;
             };
@@ -1124,7 +1170,8 @@ mod tests {
 
     /// Reading one byte per [`Representatives`] entry gives the successors that reading
     /// every byte gives, on random automata over random byte classes (classes that split
-    /// groups, continuation bytes that die or diverge).
+    /// groups, continuation bytes that die or diverge); so does reading only the groups
+    /// [`Trie::groups_within`] the state's live first bytes.
     #[test]
     fn representative_bytes_give_the_successors_of_every_byte() {
         let mut rng = crate::test_rng::XorShift::new(0x9E37_79B9_7F4A_7C15u64);
@@ -1161,11 +1208,28 @@ mod tests {
                 |s: u32, b: u8| table[(s * u32::from(n_classes) + u32::from(class(b))) as usize];
             let reps = Representatives::new(&class);
             for t in 1..states {
-                let want =
-                    Trie::successors(t, 0, &next, &class, &every, &mut Continuations::default());
-                let got =
-                    Trie::successors(t, 0, &next, &class, &reps, &mut Continuations::default());
-                assert_eq!((got.live, &got.pairs), (want.live, &want.pairs));
+                let succ = |may_live: u64, reps: &Representatives| {
+                    let s = Trie::successors(
+                        t,
+                        0,
+                        &next,
+                        &class,
+                        may_live,
+                        reps,
+                        &mut Continuations::default(),
+                    );
+                    (s.live, s.pairs)
+                };
+                let want = succ(u64::MAX, &every);
+                assert_eq!(succ(u64::MAX, &reps), want);
+                // Only the groups whose first bytes all live at `t` read: the same.
+                let mut first = crate::grammar::BitSet256::default();
+                for b in 0..=255u8 {
+                    if next(t, b) != 0 {
+                        first.insert(b);
+                    }
+                }
+                assert_eq!(succ(Trie::groups_within(&first), &reps), want);
             }
         }
     }
@@ -1295,6 +1359,7 @@ mod tests {
                     DEAD,
                     |s, b| dfa.next(s, b),
                     |b| dfa.byte_class(b),
+                    |_| u64::MAX,
                     |x| memo.borrow().get(&x).copied(),
                     |_| None,
                     |x, r| {
@@ -1361,6 +1426,7 @@ mod tests {
             crate::regex::DEAD,
             |s, b| dfa.next(s, b),
             |b| dfa.byte_class(b),
+            |_| u64::MAX,
             |_| None,
             |_| None,
             |_, _| {},
