@@ -626,7 +626,6 @@ fn state_runs(
             NONE,
             |s, b| next_into_calls(g, leaf, s, b),
             |b| g.classes[usize::from(b)],
-            // A state takes no byte outside its first bytes, its calls' included.
             |s| may_live[g.first_of[s as usize] as usize],
             |s| runs[s as usize].get(),
             |s| seeds[s as usize],
@@ -686,6 +685,14 @@ fn grammar_runs(g: &Grammar) -> Vec<Run> {
 
 /// [`grammar_runs`], entering the calls of the rules in `leaf` ([`next_into_calls`]).
 fn grammar_runs_entering(g: &Grammar, leaf: &[bool]) -> Vec<Run> {
+    // A state takes no byte outside its first bytes, its calls' included.
+    let may_live: Vec<u64> = g.byte_sets.iter().map(Trie::groups_within).collect();
+    grammar_runs_reading(g, leaf, &may_live)
+}
+
+/// [`grammar_runs_entering`], reading at each state only the character groups that
+/// `may_live` (by [`Grammar::first_of`] set) holds ([`Trie::run`]).
+fn grammar_runs_reading(g: &Grammar, leaf: &[bool], may_live: &[u64]) -> Vec<Run> {
     /// Each round reaches one rule further: 4 rules of 16 characters pass most tokens'
     /// length.
     const ROUNDS: usize = 4;
@@ -695,9 +702,8 @@ fn grammar_runs_entering(g: &Grammar, leaf: &[bool]) -> Vec<Run> {
     // Per rule, the groups of the characters after which a call of it can complete: the
     // same every round.
     let mut one_char: Vec<Option<u64>> = vec![None; g.call_start.len()];
-    let may_live: Vec<u64> = g.byte_sets.iter().map(Trie::groups_within).collect();
     for _ in 0..ROUNDS {
-        let own = state_runs(g, leaf, &may_live, &seeds, &mut memo);
+        let own = state_runs(g, leaf, may_live, &seeds, &mut memo);
         through = runs_through_calls(g, own.clone(), &mut one_char);
         let mut changed = false;
         for (s, (&t, &o)) in through.iter().zip(&own).enumerate() {
@@ -1775,6 +1781,51 @@ str ::= ([^"\\] | "\\" ["\\/bfnrt])+"#;
             ],
             true,
         );
+    }
+
+    /// Reading only the groups a state's first bytes can keep alive changes no run: on the
+    /// grammars of schemas with extra keys (a key trie, free-form values, strings, numbers,
+    /// a pattern) and of GBNF with calls into leaf rules, every run is the one reading every
+    /// group gives.
+    #[test]
+    fn runs_read_only_groups_that_may_live_and_are_the_same() {
+        let schemas = [
+            r#"{"type":"object","properties":{"count":{"type":"integer"},"consulate":{"type":"string"},"period":{"enum":["day","week"]},"série":{"type":"string","maxLength":40}},"required":["count"]}"#,
+            r#"{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-f0-9]{8}$"},"tags":{"type":"array","items":{"type":"string"}},"meta":{}}}"#,
+            r#"{"type":"array","items":{"type":"object","properties":{"n":{"type":"number"}}},"maxItems":300}"#,
+        ];
+        let mut grammars: Vec<Grammar> = schemas
+            .iter()
+            .map(|text| {
+                let schema: serde_json::Value = serde_json::from_str(text).unwrap();
+                let js = crate::json_schema::JsonSchema::compile(&schema, "guided_json").unwrap();
+                match js.into_automaton() {
+                    crate::constraint::Compiled::Grammar(g) => g,
+                    _ => panic!("{text} runs on a DFA, not the grammar engine"),
+                }
+            })
+            .collect();
+        grammars.push(
+            Grammar::new_with(
+                r#"root ::= "\"" key "\":1"
+key ::= "" | nota | "a" ("" | notb | "b" str)
+nota ::= [^"\\a] [^"\\]*
+notb ::= [^"\\b] [^"\\]*
+str ::= [^"\\]+"#,
+                &crate::limits::Limits {
+                    grammar_automaton_bytes: 16 * 1024,
+                    ..crate::limits::Limits::DEFAULT
+                },
+            )
+            .unwrap(),
+        );
+        for g in &grammars {
+            let leaf = leaf_rules(g);
+            let every = vec![u64::MAX; g.byte_sets.len()];
+            let runs = grammar_runs_entering(g, &leaf);
+            assert_eq!(runs, grammar_runs_reading(g, &leaf, &every), "{g:?}");
+            assert!(runs.iter().any(|&r| r != Run::NONE), "{g:?} has runs");
+        }
     }
 
     fn check(grammar: &str, texts: &[&str]) {
