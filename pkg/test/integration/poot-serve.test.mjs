@@ -82,16 +82,21 @@ test("the spec's curl example works verbatim and conforms", async () => {
   assert.equal(out.object, "chat.completion");
   assert.equal(out.usage.total_tokens, out.usage.prompt_tokens + out.usage.completion_tokens);
   // The body has no seed, so the server draws one: about 1 run in 40 writes a name long
-  // enough that the 64 tokens end inside it, which is the one other correct outcome.
+  // enough to reach max_tokens, and the reply is then steered onto a shortest completion
+  // (README, "Length-safe structured output"): still valid, `finish_reason` "length", and
+  // it may end before the 64th token (the choice ends where the closed output completes:
+  // one such run ended at 63).
   const choice = out.choices[0];
-  if (choice.finish_reason === "length") {
-    assert.equal(out.usage.completion_tokens, 64);
-    return;
-  }
-  assert.equal(choice.finish_reason, "stop");
   const value = JSON.parse(choice.message.content);
   const valid = validator(character);
   assert.ok(valid(value), JSON.stringify(valid.errors));
+  if (choice.finish_reason === "length") {
+    assert.ok(out.usage.completion_tokens <= 64, `${out.usage.completion_tokens} tokens`);
+    assert.equal(out.usage.forced_closes, 1);
+    return;
+  }
+  assert.equal(choice.finish_reason, "stop");
+  assert.equal(out.usage.forced_closes, undefined);
 });
 
 test("openai client: response_format json_schema, non-streamed, n = 2", async () => {
