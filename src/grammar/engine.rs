@@ -704,7 +704,7 @@ fn grammar_runs_reading(g: &Grammar, leaf: &[bool], may_live: &[u64]) -> Vec<Run
     let mut one_char: Vec<Option<u64>> = vec![None; g.call_start.len()];
     for _ in 0..ROUNDS {
         let own = state_runs(g, leaf, may_live, &seeds, &mut memo);
-        through = runs_through_calls(g, own.clone(), &mut one_char);
+        through = runs_through_calls(g, own.clone(), may_live, &mut one_char);
         let mut changed = false;
         for (s, (&t, &o)) in through.iter().zip(&own).enumerate() {
             if t != o {
@@ -737,8 +737,13 @@ fn grammar_runs_reading(g: &Grammar, leaf: &[bool], may_live: &[u64]) -> Vec<Run
 ///   the rest of the string instead of one character.
 ///
 /// `one_char` keeps, per rule, the groups of the characters after which a call of it can
-/// complete.
-fn runs_through_calls(g: &Grammar, own: Vec<Run>, one_char: &mut [Option<u64>]) -> Vec<Run> {
+/// complete; `may_live` is [`state_runs`]'.
+fn runs_through_calls(
+    g: &Grammar,
+    own: Vec<Run>,
+    may_live: &[u64],
+    one_char: &mut [Option<u64>],
+) -> Vec<Run> {
     let mut runs = own;
     // A chain of calls into calls (a block of blocks), or of one-character calls (ordered
     // like the characters, hence the reverse order), is followed this many passes.
@@ -753,6 +758,7 @@ fn runs_through_calls(g: &Grammar, own: Vec<Run>, one_char: &mut [Option<u64>]) 
                         NONE,
                         |s, b| g.next_in_rule(s, b),
                         |b| g.classes[usize::from(b)],
+                        may_live[g.first_of[start as usize] as usize],
                         |n| g.accepting[n as usize],
                     )
                 });

@@ -906,12 +906,14 @@ impl Trie {
     }
 
     /// The groups whose every character (its whole UTF-8 sequence) takes automaton state
-    /// `t` to a state where `done` holds (see [`Trie::run`] for `next`, `dead`, `class`).
+    /// `t` to a state where `done` holds (see [`Trie::run`] for `next`, `dead`, `class`,
+    /// and `may_live`, here `t`'s).
     pub(crate) fn groups_to(
         t: u32,
         dead: u32,
         next: impl Fn(u32, u8) -> u32,
         class: impl Fn(u8) -> u8,
+        may_live: u64,
         done: impl Fn(u32) -> bool,
     ) -> u64 {
         let reps = Representatives::new(&class);
@@ -920,7 +922,7 @@ impl Trie {
             dead,
             &next,
             &class,
-            u64::MAX,
+            may_live,
             &reps,
             &mut Continuations::default(),
         );
