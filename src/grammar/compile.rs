@@ -17,7 +17,7 @@
 
 use super::parse::{Ast, Expr};
 use super::table::{covering, Packed, Rows, Span};
-use super::{BitSet256, Counter, Grammar, GrammarError, COUNTER_HORIZON, NONE};
+use super::{BitSet256, Counter, Grammar, GrammarError, Prebuilt, COUNTER_HORIZON, NONE};
 use crate::limits::Limits;
 use regex_syntax::utf8::{Utf8Sequence, Utf8Sequences};
 use rustc_hash::FxHashMap as HashMap;
@@ -441,13 +441,24 @@ fn too_big(rule: &str, limit: usize) -> GrammarError {
 
 /// Compiles a parsed grammar; `spent` is the determinization work already done for the
 /// same request (a generated grammar tried in several renderings), bounded by
-/// [`Limits::grammar_determinize_work`] in all.
-pub(super) fn compile(ast: Ast, limits: &Limits, spent: &mut u64) -> Result<Grammar, GrammarError> {
+/// [`Limits::grammar_determinize_work`] in all. With `prebuilt`, the rule [`Ast::prebuilt`]
+/// names takes its automaton ([`splice_rules`]).
+pub(super) fn compile(
+    ast: Ast,
+    prebuilt: Option<&Prebuilt>,
+    limits: &Limits,
+    spent: &mut u64,
+) -> Result<Grammar, GrammarError> {
     let Rewritten {
-        ast,
-        counted,
-        framed,
+        mut ast,
+        mut counted,
+        mut framed,
     } = with_counters(ast, limits.grammar_repetition)?;
+    let splice = match (ast.prebuilt, prebuilt) {
+        (Some(r), Some(p)) => Some(splice_rules(&mut ast, &mut counted, &mut framed, r, p)),
+        _ => None,
+    };
+    let splice = splice.as_ref();
     let ast = &ast;
     // Inlining copies a rule into every caller; when the copies are what passes the bound (a
     // schema's GBNF with a small rule used in hundreds of places, or blocks of blocks of a
@@ -469,13 +480,13 @@ pub(super) fn compile(ast: Ast, limits: &Limits, spent: &mut u64) -> Result<Gram
         };
         // A counter is its own frame: that frame holds the count. The wide characters of a
         // chain keep theirs too: that is what they were split out for.
-        for ((i, c), &f) in inline.iter_mut().zip(&counted).zip(&framed) {
-            *i &= c.is_none() && !f;
+        for (r, ((i, c), &f)) in inline.iter_mut().zip(&counted).zip(&framed).enumerate() {
+            *i &= c.is_none() && !f && splice.is_none_or(|s| s.block_rule[r].is_none());
         }
         if tried.contains(&inline) {
             continue;
         }
-        let attempt = compile_with(ast, &inline, &counted, spent, limits);
+        let attempt = compile_with(ast, &inline, &counted, splice, spent, limits);
         let retry = matches!(&attempt, Err(e) if e.limit)
             && inline.iter().any(|&i| i)
             && *spent <= limits.grammar_determinize_work;
@@ -488,15 +499,94 @@ pub(super) fn compile(ast: Ast, limits: &Limits, spent: &mut u64) -> Result<Gram
     result.expect("the first attempt always runs")
 }
 
+/// A [`Prebuilt`] grammar's rules added to an [`Ast`] ([`splice_rules`]).
+struct Splice<'a> {
+    grammar: &'a Grammar,
+    runs: std::sync::Arc<[crate::vocab::Run]>,
+    /// Per rule of the `Ast`: the prebuilt rule it is, if any.
+    block_rule: Vec<Option<u32>>,
+    /// Per prebuilt rule: its rule in the `Ast`.
+    rule_in_ast: Vec<u32>,
+    /// The `Ast` rules that only the replaced body could reach, and nothing else now.
+    unreachable: Vec<bool>,
+}
+
+/// Makes rule `r` of `ast` the root of `prebuilt`: its body becomes the prebuilt root's, the
+/// prebuilt's other rules are added after the others (no counter, never inlined), and the
+/// rules only `r`'s old body reached are marked unreachable (a dead state each, as absorbed
+/// rules: a schema's own copies of the free-form value's item rules).
+fn splice_rules<'a>(
+    ast: &mut Ast,
+    counted: &mut Vec<Option<Counted>>,
+    framed: &mut Vec<bool>,
+    r: usize,
+    prebuilt: &'a Prebuilt,
+) -> Splice<'a> {
+    let block = &prebuilt.ast;
+    let n = ast.rules.len();
+    let mut rule_in_ast = vec![0u32; block.rules.len()];
+    let mut next = n as u32;
+    for (k, slot) in rule_in_ast.iter_mut().enumerate() {
+        *slot = if k == block.root {
+            r as u32
+        } else {
+            next += 1;
+            next - 1
+        };
+    }
+    let body_in_ast = |k: usize| {
+        let mut body = block.rules[k].body.clone();
+        body.each_ref_mut(&mut |x| *x = rule_in_ast[*x] as usize);
+        body
+    };
+    ast.rules[r].body = body_in_ast(block.root);
+    counted[r] = None;
+    framed[r] = false;
+    for k in (0..block.rules.len()).filter(|&k| k != block.root) {
+        ast.rules.push(super::Rule {
+            name: format!("{}-{}", ast.rules[r].name, block.rules[k].name),
+            at: ast.rules[r].at,
+            body: body_in_ast(k),
+        });
+        counted.push(None);
+        framed.push(false);
+    }
+    let mut block_rule = vec![None; ast.rules.len()];
+    for (k, &x) in rule_in_ast.iter().enumerate() {
+        block_rule[x as usize] = Some(k as u32);
+    }
+    // Reachable from the root by references and counters' items.
+    let mut reached = vec![false; ast.rules.len()];
+    let mut stack = vec![ast.root];
+    while let Some(x) = stack.pop() {
+        if std::mem::replace(&mut reached[x], true) {
+            continue;
+        }
+        ast.rules[x].body.each_ref(&mut |y| stack.push(y));
+        if let Some(c) = &counted[x] {
+            stack.push(c.item);
+        }
+    }
+    Splice {
+        grammar: &prebuilt.grammar,
+        runs: prebuilt.runs.clone(),
+        block_rule,
+        rule_in_ast,
+        unreachable: reached.iter().map(|&x| !x).collect(),
+    }
+}
+
 /// One attempt of [`compile`], with these rules inlined; `spent` is the determinization work
 /// of the attempts so far, bounded by [`Limits::grammar_determinize_work`] in all.
 fn compile_with(
     ast: &Ast,
     inline: &[bool],
     counted: &[Option<Counted>],
+    splice: Option<&Splice>,
     spent: &mut u64,
     limits: &Limits,
 ) -> Result<Grammar, GrammarError> {
+    let spliced = |r: usize| splice.is_some_and(|s| s.block_rule[r].is_some());
     let max_bytes = limits.grammar_automaton_bytes;
     let before = *spent;
     let n_rules = ast.rules.len();
@@ -544,9 +634,11 @@ fn compile_with(
     // states).
     let mut memo = vec![None; n_rules];
     let mut total = 0usize;
-    for (rule, counted) in ast.rules.iter().zip(counted) {
+    for (r, (rule, counted)) in ast.rules.iter().zip(counted).enumerate() {
         let body = match counted {
             Some(c) => Nfa::counter_stand_in_cost(c),
+            // Spliced in below, an NFA start without edges here.
+            None if spliced(r) => 0,
             None => nfa.cost(&rule.body, &mut memo),
         };
         total = total.saturating_add(NFA_STATE_BYTES).saturating_add(body);
@@ -556,12 +648,14 @@ fn compile_with(
     }
     let mut nstart = Vec::with_capacity(n_rules);
     let mut nend = Vec::with_capacity(n_rules);
-    for (rule, counted) in ast.rules.iter().zip(counted) {
+    for (r, (rule, counted)) in ast.rules.iter().zip(counted).enumerate() {
         let e = nfa.add().map_err(|_| nfa_too_big(&rule.name))?;
         let s = match counted {
             // Only for nullability and the calls before a first byte: the rule's DFA is
             // the counter's phases, made below.
             Some(c) => nfa.counter_stand_in(c, e),
+            // Not nullable, and its automaton is spliced in below.
+            None if spliced(r) => nfa.add(),
             None => nfa.build(&rule.body, e),
         }
         .map_err(|_| nfa_too_big(&rule.name))?;
@@ -585,13 +679,22 @@ fn compile_with(
     for &(callee, _) in &nfa.calls.items {
         called[callee as usize] = true;
     }
-    let absorbed = |r: usize| r != ast.root && inline[r] && !called[r] && counted[r].is_none();
+    let absorbed = |r: usize| {
+        (r != ast.root && inline[r] && !called[r] && counted[r].is_none())
+            || splice.is_some_and(|s| s.unreachable[r])
+    };
 
     // Byte classes: bytes that no edge distinguishes share a class.
     let mut boundary = [false; 257];
     for &(lo, hi, _) in &nfa.bytes.items {
         boundary[lo as usize] = true;
         boundary[hi as usize + 1] = true;
+    }
+    if let Some(s) = splice {
+        let c = &s.grammar.classes;
+        for b in 1..256 {
+            boundary[b] |= c[b] != c[b - 1];
+        }
     }
     let mut classes = [0u8; 256];
     let mut reps = vec![0u8];
@@ -630,7 +733,7 @@ fn compile_with(
     let mut accepting: Vec<bool> = Vec::new();
     let mut rule_of: Vec<u32> = Vec::new();
     let mut calls: Vec<Vec<(u32, u32)>> = Vec::new();
-    let mut start = Vec::with_capacity(n_rules);
+    let mut start = vec![NONE; n_rules];
     // Bytes held while building: the NFA, the construction tables kept to the end (`held`:
     // spans, calls, per-state fields) and the current rule's NFA sets (each a map key, and
     // queued until its state is made), which go with the rule.
@@ -641,6 +744,16 @@ fn compile_with(
     // 10,345 states (0.47 MB of NFA, 0.58 MB of tables, packed to 0.5 MB) were refused.
     let build_bytes = max_bytes.saturating_mul(2);
     let mut counters = Vec::new();
+    // A prebuilt class's bytes, from its first to its last.
+    let mut block_bytes: Vec<(u8, u8)> = Vec::new();
+    if let Some(s) = splice {
+        for (b, &c) in s.grammar.classes.iter().enumerate() {
+            if usize::from(c) == block_bytes.len() {
+                block_bytes.push((b as u8, b as u8));
+            }
+            block_bytes[usize::from(c)].1 = b as u8;
+        }
+    }
     // Determinization work: NFA edges scanned, and states visited by the closures and the
     // nullable fixpoint (`seen.visits`).
     let mut scanned = 0u64;
@@ -683,7 +796,7 @@ fn compile_with(
                 });
                 held += 48;
             }
-            start.push(counter.phase(0));
+            start[r] = counter.phase(0);
             counters.push(counter);
             if nfa_bytes_used + held > build_bytes {
                 return Err(too_big_to_build(&ast.rules[r].name));
@@ -696,8 +809,12 @@ fn compile_with(
             accepting.push(false);
             rule_of.push(r as u32);
             calls.push(Vec::new());
-            start.push(base);
+            start[r] = base;
             held += 48;
+            continue;
+        }
+        if spliced(r) {
+            // Its states come after every other rule's ([`minimize`] leaves them out).
             continue;
         }
         sets.clear();
@@ -705,7 +822,7 @@ fn compile_with(
         stack.push(nstart[r]);
         closure(&nfa, &mut stack, &mut found, &nullable, &mut seen);
         sets.intern(&found);
-        start.push(base);
+        start[r] = base;
         let mut i = 0;
         while i < sets.len() {
             // A copy: the sets found below go to the same arena.
@@ -789,6 +906,42 @@ fn compile_with(
             rule_of.push(r as u32);
             calls.push(calls[s].clone());
             call_start[r] = copy;
+        }
+    }
+    // The prebuilt rules' states, their moves by the prebuilt's classes made moves by ours
+    // (a refinement of theirs).
+    let block_base = accepting.len();
+    if let Some(s) = splice {
+        let block = s.grammar;
+        let base = block_base as u32;
+        for t in 0..block.state_count() {
+            for x in block.moves.row(t) {
+                let lo = block_bytes[usize::from(x.lo)].0;
+                let hi = block_bytes[usize::from(x.hi)].1;
+                moves.push(
+                    classes[usize::from(lo)],
+                    classes[usize::from(hi)],
+                    base + x.target,
+                );
+            }
+            moves.end_row();
+            accepting.push(block.accepting[t]);
+            rule_of.push(s.rule_in_ast[block.rule_of[t] as usize]);
+            let out: Vec<(u32, u32)> = block
+                .calls(t as u32)
+                .iter()
+                .map(|&(callee, ret)| (s.rule_in_ast[callee as usize], base + ret))
+                .collect();
+            held += moves.row(accepting.len() - 1).len() * 8 + out.len() * 8 + 48;
+            calls.push(out);
+        }
+        // Not nullable: a call enters the start itself.
+        for (k, &x) in s.rule_in_ast.iter().enumerate() {
+            start[x as usize] = base + block.call_start[k];
+            call_start[x as usize] = start[x as usize];
+        }
+        if nfa_bytes_used + held > build_bytes {
+            return Err(too_big_to_build(&ast.rules[ast.root].name));
         }
     }
     let n = accepting.len();
@@ -908,6 +1061,7 @@ fn compile_with(
         &accepting,
         &rule_of,
         &calls,
+        block_base,
         limits.grammar_minimize_work,
     );
     let n_classes = class.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
@@ -1068,6 +1222,7 @@ fn compile_with(
         entry,
         counters,
         counter_of,
+        spliced: splice.map(|s| (class[block_base], s.runs.clone())),
     };
     if !span_rows && g.memory_usage() > max_bytes {
         (g.trans, g.expansions) = pack(&g.moves, true).ok_or_else(packed_too_big)?;
@@ -1134,7 +1289,9 @@ impl Seen {
 
 /// States are equivalent when they belong to the same rule, agree on accepting and on the
 /// rules they call, and their transitions and calls (callee, return state) lead to equivalent
-/// states. Returns each state's class, numbered in order of first appearance.
+/// states. Returns each state's class, numbered in order of first appearance. Only the
+/// first `states` are minimized (no move or call of theirs leads past them); each state after
+/// them, a spliced automaton's, already minimal, is a class of its own.
 ///
 /// Partition refinement after Valmari and Lehtinen (2008), which takes partial transition
 /// functions as they are: O(m log n) for m transitions and calls. Moore's rounds (every state's
@@ -1145,10 +1302,12 @@ fn minimize(
     accepting: &[bool],
     rule_of: &[u32],
     calls: &[Vec<(u32, u32)>],
+    states: usize,
     max_work: usize,
 ) -> Vec<u32> {
-    let n = accepting.len();
-    let unminimized = || (0..n as u32).collect();
+    let all = accepting.len();
+    let n = states;
+    let unminimized = || (0..all as u32).collect();
     // Reading the table is the first work; past the budget the determinized automaton is kept
     // as it is: every state its own class, the same language with more states (already within
     // the automaton bound).
@@ -1184,7 +1343,7 @@ fn minimize(
     // grammar's minimization.
     let n_rules = rule_of.iter().map(|&r| r as usize + 1).max().unwrap_or(0);
     let mut bounds = vec![[0u64; 5]; n_rules];
-    for (s, &r) in rule_of.iter().enumerate() {
+    for (s, &r) in rule_of.iter().enumerate().take(n) {
         let b = &mut bounds[r as usize];
         for x in moves.row(s) {
             for c in [usize::from(x.lo), usize::from(x.hi) + 1] {
@@ -1201,7 +1360,7 @@ fn minimize(
     // Transitions and calls alike: a call of rule `r` is a transition on a label after them.
     let call_label = base[n_rules];
     let (mut tail, mut label, mut head) = (Vec::new(), Vec::new(), Vec::new());
-    for (s, calls) in calls.iter().enumerate() {
+    for (s, calls) in calls.iter().enumerate().take(n) {
         let r = rule_of[s] as usize;
         let b = &bounds[r];
         for x in moves.row(s) {
@@ -1284,7 +1443,7 @@ fn minimize(
     }
     let mut number = vec![NONE; blocks.len()];
     let mut next = 0;
-    (0..n)
+    let mut class: Vec<u32> = (0..n)
         .map(|s| {
             let b = blocks.set_of[s] as usize;
             if number[b] == NONE {
@@ -1293,7 +1452,9 @@ fn minimize(
             }
             number[b]
         })
-        .collect()
+        .collect();
+    class.extend(next..next + (all - n) as u32);
+    class
 }
 
 /// A partition of `0..n` that splits by marks (Valmari and Lehtinen's refinable partition):
@@ -2360,6 +2521,7 @@ mod tests {
                 &accepting,
                 &rule_of,
                 &calls,
+                n,
                 usize::MAX,
             );
             let slow = moore(&trans, &accepting, &rule_of, &calls, stride);
@@ -2455,7 +2617,7 @@ mod tests {
             &Limits::DEFAULT,
         )
         .unwrap();
-        match compile(ast, &Limits::DEFAULT, &mut 0) {
+        match compile(ast, None, &Limits::DEFAULT, &mut 0) {
             Err(e) => assert!(e.limit, "{}", e.message),
             Ok(_) => panic!("two nested counts of 1,000 empty items compiled"),
         }
@@ -2555,6 +2717,7 @@ ch ::= [^"\\\x00-\x1F] | "\\" (["\\nt] | "u" [0-9a-f]{4})"#;
             &accepting,
             &rule_of,
             &calls,
+            8,
             usize::MAX,
         );
         assert_eq!(
@@ -2562,7 +2725,7 @@ ch ::= [^"\\\x00-\x1F] | "\\" (["\\nt] | "u" [0-9a-f]{4})"#;
             Some(&7),
             "a chain has no equivalent states"
         );
-        let kept = minimize(&rows_of(&trans, 1), &accepting, &rule_of, &calls, 4);
+        let kept = minimize(&rows_of(&trans, 1), &accepting, &rule_of, &calls, 8, 4);
         assert_eq!(kept, (0..8).collect::<Vec<u32>>());
     }
 }

@@ -679,7 +679,7 @@ fn next_into_calls(g: &Grammar, leaf: &[bool], s: u32, b: u8) -> u32 {
 /// 16 characters on: within its rule alone a position's run ends at that call, so its first
 /// mask walked every token longer than the characters left in the rule with the real
 /// frames (a `maxLength: 255` string's cold masks ~2 ms each, ~40 us with the whole run).
-fn grammar_runs(g: &Grammar) -> Vec<Run> {
+pub(super) fn grammar_runs(g: &Grammar) -> Vec<Run> {
     grammar_runs_entering(g, &leaf_rules(g))
 }
 
@@ -698,13 +698,20 @@ fn grammar_runs_reading(g: &Grammar, leaf: &[bool], may_live: &[u64]) -> Vec<Run
     const ROUNDS: usize = 4;
     let mut memo = RunMemo::default();
     let mut seeds: Vec<Option<Run>> = vec![None; g.state_count()];
+    // A spliced grammar's runs are known: its states call only its own rules.
+    let known = g.spliced.as_ref().map_or(g.state_count(), |(first, runs)| {
+        for (seed, &r) in seeds[*first as usize..].iter_mut().zip(runs.iter()) {
+            *seed = Some(r);
+        }
+        *first as usize
+    });
     let mut through = Vec::new();
     // Per rule, the groups of the characters after which a call of it can complete: the
     // same every round.
     let mut one_char: Vec<Option<u64>> = vec![None; g.call_start.len()];
     for _ in 0..ROUNDS {
         let own = state_runs(g, leaf, may_live, &seeds, &mut memo);
-        through = runs_through_calls(g, own.clone(), may_live, &mut one_char);
+        through = runs_through_calls(g, own.clone(), known, may_live, &mut one_char);
         let mut changed = false;
         for (s, (&t, &o)) in through.iter().zip(&own).enumerate() {
             if t != o {
@@ -737,10 +744,12 @@ fn grammar_runs_reading(g: &Grammar, leaf: &[bool], may_live: &[u64]) -> Vec<Run
 ///   the rest of the string instead of one character.
 ///
 /// `one_char` keeps, per rule, the groups of the characters after which a call of it can
-/// complete; `may_live` is [`state_runs`]'.
+/// complete; `may_live` is [`state_runs`]'. The states from `known` on (a spliced grammar's,
+/// [`Grammar::spliced`]) keep their runs.
 fn runs_through_calls(
     g: &Grammar,
     own: Vec<Run>,
+    known: usize,
     may_live: &[u64],
     one_char: &mut [Option<u64>],
 ) -> Vec<Run> {
@@ -749,7 +758,7 @@ fn runs_through_calls(
     // like the characters, hence the reverse order), is followed this many passes.
     for _ in 0..8 {
         let mut changed = false;
-        for s in (0..runs.len()).rev() {
+        for s in (0..known).rev() {
             for &(callee, ret) in g.calls(s as u32) {
                 let start = g.call_start[callee as usize];
                 let chars = *one_char[callee as usize].get_or_insert_with(|| {
@@ -1832,6 +1841,28 @@ str ::= [^"\\]+"#,
             assert_eq!(runs, grammar_runs_reading(g, &leaf, &every), "{g:?}");
             assert!(runs.iter().any(|&r| r != Run::NONE), "{g:?} has runs");
         }
+    }
+
+    /// A schema grammar with the free-form value spliced in, runs and all
+    /// ([`Grammar::spliced`]): its masks are the brute force's, with and without skips.
+    #[test]
+    fn a_spliced_free_form_value_gives_exact_masks() {
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "name": {"type": "string"}, "tags": {"type": "array"}}, "required": ["name"]});
+        let js = crate::json_schema::JsonSchema::compile(&schema, "guided_json").unwrap();
+        let crate::constraint::Compiled::Grammar(g) = js.into_automaton() else {
+            panic!("free-form values need the grammar engine");
+        };
+        let (first, runs) = g.spliced.clone().expect("the free-form value is spliced");
+        assert_eq!(first as usize + runs.len(), g.state_count());
+        check_grammar(
+            &g,
+            &[
+                r#"{"zz":[1,{"q":"a b"}],"name":"x\"é","tags":[[],{"k":null}],"n":-2.5e3}"#,
+                r#"{"name":"é\n\u001f","extra":{"a":{"b":[true,false,"z z z"]}}}"#,
+            ],
+            true,
+        );
     }
 
     fn check(grammar: &str, texts: &[&str]) {

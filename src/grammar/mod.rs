@@ -213,6 +213,39 @@ fn line_col_text(src: &[u8], at: usize) -> String {
 /// let err = poot::grammar::Grammar::new("root ::= x").unwrap_err();
 /// assert_eq!(err.to_string(), "guided_grammar line 1, column 10: undefined rule `x` (in `root ::= x`)");
 /// ```
+/// Rules compiled once and spliced into every grammar that has a rule of the same language
+/// ([`Ast::prebuilt`]): a schema grammar's free-form JSON value, with its array item and its
+/// member, is the same ~60 states in every schema that allows extra keys or leaves a value
+/// free, and building them was ~40 % of the states of a median schema grammar.
+#[derive(Debug)]
+pub(crate) struct Prebuilt {
+    /// The rules, `root` being the one spliced in for [`Ast::prebuilt`].
+    pub(crate) ast: Ast,
+    pub(crate) grammar: Grammar,
+    /// Its states' runs ([`engine::grammar_runs`]): they depend on its rules alone (no run
+    /// enters a call of a rule that calls others), so a splice takes them as they are.
+    pub(crate) runs: std::sync::Arc<[crate::vocab::Run]>,
+}
+
+impl Prebuilt {
+    /// Compiles `ast` under `limits`. Its rules must not match the empty string (a splice
+    /// makes every call of them consume a byte); a counter or an empty root is refused.
+    pub(crate) fn new(
+        ast: Ast,
+        limits: &crate::limits::Limits,
+    ) -> std::result::Result<Self, String> {
+        let grammar = Grammar::from_rules(ast.clone(), None, limits, &mut 0)?;
+        if !grammar.counters.is_empty()
+            || grammar.accepting[grammar.entry as usize]
+            || grammar.rule_count() != ast.rules.len()
+        {
+            return Err("a prebuilt grammar has no counter and its root is not nullable".into());
+        }
+        let runs = engine::grammar_runs(&grammar).into();
+        Ok(Prebuilt { ast, grammar, runs })
+    }
+}
+
 #[derive(Clone)]
 pub struct Grammar {
     names: Vec<String>,
@@ -254,6 +287,9 @@ pub struct Grammar {
     pub(crate) counters: Vec<Counter>,
     /// Per state, the counter whose phase it is, or [`NONE`].
     pub(crate) counter_of: Vec<u32>,
+    /// The states of a [`Prebuilt`] grammar spliced in: from this state on, in its order,
+    /// with its runs (computed once with it).
+    pub(crate) spliced: Option<(u32, std::sync::Arc<[crate::vocab::Run]>)>,
 }
 
 /// Items a counter's states tell apart near either end of its range. No Gemma 3 token (at
@@ -355,7 +391,7 @@ impl Grammar {
     pub fn new_with(text: &str, limits: &crate::limits::Limits) -> Result<Self> {
         crate::limits::check_size("guided_grammar", text.len(), limits.grammar_bytes)?;
         let ast = parse::parse(text, limits).map_err(|e| e.into_error(text))?;
-        compile::compile(ast, limits, &mut 0).map_err(|e| e.into_error(text))
+        compile::compile(ast, None, limits, &mut 0).map_err(|e| e.into_error(text))
     }
 
     /// Compiles rules this crate built (a JSON Schema's, [`Ast::to_gbnf`] is their text),
@@ -364,9 +400,11 @@ impl Grammar {
     /// [`Limits::grammar_depth`](crate::limits::Limits::grammar_depth) (as parsing their
     /// text would refuse) or fail to compile. `spent`: the determinization work of the
     /// request's earlier attempts, which this one adds to (one budget for every rendering of
-    /// one schema).
+    /// one schema). `prebuilt`: the automaton of the rule [`Ast::prebuilt`] names, spliced in
+    /// instead of building it.
     pub(crate) fn from_rules(
         ast: Ast,
+        prebuilt: Option<&Prebuilt>,
         limits: &crate::limits::Limits,
         spent: &mut u64,
     ) -> std::result::Result<Self, String> {
@@ -380,7 +418,7 @@ impl Grammar {
                 rule.name, limits.grammar_depth
             ));
         }
-        compile::compile(ast, limits, spent).map_err(|e| e.message)
+        compile::compile(ast, prebuilt, limits, spent).map_err(|e| e.message)
     }
 
     /// Number of DFA states over all rules.

@@ -52,6 +52,10 @@ pub(crate) struct Rule {
 pub(crate) struct Ast {
     pub rules: Vec<Rule>,
     pub root: usize,
+    /// A rule whose language is exactly the root's of a [`Prebuilt`](super::Prebuilt) grammar
+    /// (a schema's free-form JSON value): the compiler may splice that grammar's automaton in
+    /// instead of building the rule's own. Never set by parsing.
+    pub prebuilt: Option<usize>,
 }
 
 impl Expr {
@@ -118,7 +122,11 @@ pub(crate) fn parse(text: &str, limits: &Limits) -> Result<Ast, GrammarError> {
         )
     })?;
     let rules = p.rules.into_iter().map(|r| r.expect("checked")).collect();
-    Ok(Ast { rules, root })
+    Ok(Ast {
+        rules,
+        root,
+        prebuilt: None,
+    })
 }
 
 struct Parser<'a> {
@@ -670,8 +678,9 @@ mod tests {
                     body: e,
                 }],
                 root: 0,
+                prebuilt: None,
             };
-            let compiled = super::super::Grammar::from_rules(built, &limits, &mut 0);
+            let compiled = super::super::Grammar::from_rules(built, None, &limits, &mut 0);
             match compiled {
                 Ok(_) => assert!(fits, "{stars} levels compiled"),
                 Err(e) => assert!(!fits && e.contains("deeper than the limit"), "{e}"),

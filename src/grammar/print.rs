@@ -56,7 +56,11 @@ impl Ast {
                 rule
             })
             .collect();
-        Ast { rules, root }
+        Ast {
+            rules,
+            root,
+            prebuilt: self.prebuilt.map(|r| id[r]),
+        }
     }
 
     /// The order [`Ast::to_gbnf`] writes the rules in: `root`, then the others by index.

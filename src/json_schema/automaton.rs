@@ -104,7 +104,7 @@ impl JsonSchema {
                     "is {text_bytes} bytes of GBNF, over the {MAX_SCHEMA_REGEX_BYTES}-byte limit"
                 ));
             } else {
-                match Grammar::from_rules(rules, limits, spent) {
+                match Grammar::from_rules(rules, Some(free_form_rules()), limits, spent) {
                     Ok(grammar) => return Ok(grammar),
                     Err(e) => why = Some(e),
                 }
@@ -128,5 +128,105 @@ impl JsonSchema {
             )),
         };
         Err(e.with_param(field))
+    }
+}
+
+/// The free-form JSON value's rules ([`any_json_body`]: the value, its array item, its
+/// member), compiled once per process and spliced into every schema grammar that has one
+/// ([`crate::grammar::Ast::prebuilt`]): the same automaton in all of them.
+fn free_form_rules() -> &'static Prebuilt {
+    static RULES: std::sync::OnceLock<Prebuilt> = std::sync::OnceLock::new();
+    RULES.get_or_init(|| {
+        // `root ::= anyjson`, then the value's rules: the value itself becomes the root.
+        let mut ast = Node::AnyJson.gbnf_rules_counted().numbered_as_parsed();
+        let value = ast.prebuilt.take().expect("the value is a rule");
+        let old_root = ast.root;
+        ast.rules.remove(old_root);
+        for rule in &mut ast.rules {
+            rule.body.each_ref_mut(&mut |x| {
+                assert_ne!(*x, old_root, "nothing refers to `root`");
+                *x -= usize::from(*x > old_root);
+            });
+        }
+        ast.root = value - usize::from(value > old_root);
+        Prebuilt::new(ast, &Limits::DEFAULT).expect("the free-form value compiles")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grammar::engine::{Parse, Work};
+
+    /// The free-form value spliced in prebuilt is the language its own rules build: on schema
+    /// grammars with free-form values at the root, in extra keys, in an array without
+    /// `items` and nested under listed keys, every byte after every prefix of valid and
+    /// invalid texts keeps both parses alive or neither, and both accept the same texts.
+    #[test]
+    fn a_spliced_free_form_value_is_the_language_of_its_rules() {
+        let schemas = [
+            json!({}),
+            json!({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}, "required": ["a"]}),
+            json!({"type": "object", "properties": {"list": {"type": "array"}, "deep": {"type": "object", "properties": {"x": true}}}}),
+            json!({"type": "array", "items": {"type": "object", "additionalProperties": true}, "maxItems": 40}),
+        ];
+        let texts = [
+            r#"{"a":"x\"é","b":-12,"zz":[1,{"q":[null,true,false,"\u00e9😀"]},2.5e+3],"c":{}}"#,
+            r#"{"list":[[[[[{"k":[-0.5,"s"]}]]]]],"deep":{"x":{"y":[{}]},"more":"v"},"a":1}"#,
+            r#"[{"a":{"b":{"c":{"d":{"e":[1,2,{"f":"g"}]}}}}},{},{"x":"\\n"}]"#,
+            r#"{"a":01,"b":[1,],"c":"\x"}"#,
+            r#"{"b":5,"a":"late","a":"twice"}"#,
+            "[1e5, \"tab\tin\"]",
+        ];
+        let limits = Limits::DEFAULT;
+        let (mut grammars, mut prefixes) = (0, 0);
+        for schema in &schemas {
+            for extra_keys in [true, false] {
+                let node = Compiler::new(schema, SchemaOptions { extra_keys }, limits)
+                    .schema(schema)
+                    .unwrap();
+                let ast = node.gbnf_rules_counted().numbered_as_parsed();
+                if ast.prebuilt.is_none() {
+                    continue;
+                }
+                let spliced =
+                    Grammar::from_rules(ast.clone(), Some(free_form_rules()), &limits, &mut 0)
+                        .unwrap();
+                let built = Grammar::from_rules(ast, None, &limits, &mut 0).unwrap();
+                assert!(
+                    spliced.spliced.is_some() && built.spliced.is_none(),
+                    "{schema}"
+                );
+                grammars += 1;
+                for text in &texts {
+                    assert_eq!(
+                        spliced.matches(text.as_bytes()),
+                        built.matches(text.as_bytes()),
+                        "{schema} {text}"
+                    );
+                    let (mut a, mut b) = (Parse::new(&spliced), Parse::new(&built));
+                    let mut work = Work::unlimited();
+                    for (k, &byte) in text.as_bytes().iter().enumerate() {
+                        for c in 0..=255u8 {
+                            assert_eq!(
+                                a.accepts(&spliced, &[c], &mut work).unwrap(),
+                                b.accepts(&built, &[c], &mut work).unwrap(),
+                                "{schema} {text} after {k} bytes, byte {c}"
+                            );
+                        }
+                        prefixes += 1;
+                        let alive = a.advance(&spliced, &[byte], &mut work).unwrap();
+                        assert_eq!(alive, b.advance(&built, &[byte], &mut work).unwrap());
+                        if !alive {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            grammars >= 5 && prefixes >= 300,
+            "{grammars} grammars, {prefixes} prefixes"
+        );
     }
 }

@@ -180,7 +180,7 @@ mod unique;
 
 use crate::constraint::Compiled;
 use crate::error::{Error, Result};
-use crate::grammar::Grammar;
+use crate::grammar::{Grammar, Prebuilt};
 use crate::limits::{
     check_size, Limits, MAX_EXCLUDED_KEY_CHARS, MAX_JSON_WHITESPACE, MAX_SCHEMA_REGEX_BYTES,
 };
