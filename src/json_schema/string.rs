@@ -781,7 +781,18 @@ pub(crate) fn none_of(names: &[&str]) -> Node {
         }
         let kid_chars: Ranges = t.kids.keys().map(|&c| (c, c)).collect();
         let others = subtract(&all_chars(), &normalize(kid_chars));
-        alts.push(Node::concat(vec![Node::class(others), any_chars()]));
+        // The characters written escaped, apart: with no listed name holding one, their
+        // alternative is the same at every node, one shared rule whose inlined copies are
+        // one copy, instead of each node's escapes determinized and then merged.
+        let (raw, escaped) = (
+            intersect(&others, raw_chars()),
+            subtract(&others, raw_chars()),
+        );
+        for class in [raw, escaped] {
+            if !class.is_empty() {
+                alts.push(Node::concat(vec![Node::class(class), any_chars()]));
+            }
+        }
         for (&c, kid) in &t.kids {
             alts.push(Node::concat(vec![Node::lit(c.to_string()), go(kid)]));
         }
