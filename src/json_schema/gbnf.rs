@@ -662,9 +662,18 @@ impl<'a> Gbnf<'a> {
                         }
                     })
                     .collect();
+                // Up to the first required item, the items before it are each optional and
+                // followed by a separator: `(a sep)? (b sep)? c tail`. As alternatives
+                // (`a tail_b | b tail_c | c tail`, the no-required case's form) the rest was
+                // copied once per optional item before it: an object with extra keys allowed
+                // and one required key is `(extras sep)? key tail`, and its root and first
+                // tail each held the key and the rest (254 states for two keys, 81 once).
+                let first_required = items.iter().position(|&(_, required)| required);
                 let mut tails: Vec<Option<Expr>> = vec![None; items.len() + 1];
-                // tails[0] is never referenced: the first item comes without a separator.
-                for i in (1..items.len()).rev() {
+                // tails[0] is never referenced: the first item comes without a separator; nor
+                // is any up to the first required item's.
+                let from = first_required.map_or(1, |k| k + 1);
+                for i in (from..items.len()).rev() {
                     let step = seq([sep.clone(), names[i].clone()]);
                     let step = if items[i].1 {
                         step
@@ -677,23 +686,26 @@ impl<'a> Gbnf<'a> {
                     };
                     tails[i] = Some(self.rule("tail", body));
                 }
-                let mut alts = Vec::new();
-                let mut saw_required = false;
-                for (j, (_, required)) in items.iter().enumerate() {
-                    alts.push(match &tails[j + 1] {
+                if let Some(k) = first_required {
+                    let mut parts: Vec<Expr> = names[..k]
+                        .iter()
+                        .map(|n| repeated(seq([n.clone(), sep.clone()]), 0, Some(1)))
+                        .collect();
+                    parts.push(names[k].clone());
+                    parts.extend(tails[k + 1].clone());
+                    return seq(parts);
+                }
+                let alts: Vec<Expr> = (0..items.len())
+                    .map(|j| match &tails[j + 1] {
                         Some(t) => seq([names[j].clone(), t.clone()]),
                         None => names[j].clone(),
-                    });
-                    if *required {
-                        saw_required = true;
-                        break;
-                    }
-                }
+                    })
+                    .collect();
                 let body = alt(alts);
-                if !saw_required && !nonempty {
-                    repeated(body, 0, Some(1))
-                } else {
+                if *nonempty {
                     body
+                } else {
+                    repeated(body, 0, Some(1))
                 }
             }
             Node::List {
