@@ -481,7 +481,7 @@ pub(super) fn compile(
         // A counter is its own frame: that frame holds the count. The wide characters of a
         // chain keep theirs too: that is what they were split out for.
         for (r, ((i, c), &f)) in inline.iter_mut().zip(&counted).zip(&framed).enumerate() {
-            *i &= c.is_none() && !f && splice.is_none_or(|s| s.block_rule[r].is_none());
+            *i &= c.is_none() && !f && splice.is_none_or(|s| !s.spliced[r]);
         }
         if tried.contains(&inline) {
             continue;
@@ -501,10 +501,9 @@ pub(super) fn compile(
 
 /// A [`Prebuilt`] grammar's rules added to an [`Ast`] ([`splice_rules`]).
 struct Splice<'a> {
-    grammar: &'a Grammar,
-    runs: std::sync::Arc<[crate::vocab::Run]>,
-    /// Per rule of the `Ast`: the prebuilt rule it is, if any.
-    block_rule: Vec<Option<u32>>,
+    prebuilt: &'a Prebuilt,
+    /// Per rule of the `Ast`: whether it is one of the prebuilt's.
+    spliced: Vec<bool>,
     /// Per prebuilt rule: its rule in the `Ast`.
     rule_in_ast: Vec<u32>,
     /// The `Ast` rules that only the replaced body could reach, and nothing else now.
@@ -551,9 +550,9 @@ fn splice_rules<'a>(
         counted.push(None);
         framed.push(false);
     }
-    let mut block_rule = vec![None; ast.rules.len()];
-    for (k, &x) in rule_in_ast.iter().enumerate() {
-        block_rule[x as usize] = Some(k as u32);
+    let mut spliced = vec![false; ast.rules.len()];
+    for &x in &rule_in_ast {
+        spliced[x as usize] = true;
     }
     // Reachable from the root by references and counters' items.
     let mut reached = vec![false; ast.rules.len()];
@@ -568,9 +567,8 @@ fn splice_rules<'a>(
         }
     }
     Splice {
-        grammar: &prebuilt.grammar,
-        runs: prebuilt.runs.clone(),
-        block_rule,
+        prebuilt,
+        spliced,
         rule_in_ast,
         unreachable: reached.iter().map(|&x| !x).collect(),
     }
@@ -586,7 +584,7 @@ fn compile_with(
     spent: &mut u64,
     limits: &Limits,
 ) -> Result<Grammar, GrammarError> {
-    let spliced = |r: usize| splice.is_some_and(|s| s.block_rule[r].is_some());
+    let spliced = |r: usize| splice.is_some_and(|s| s.spliced[r]);
     let max_bytes = limits.grammar_automaton_bytes;
     let before = *spent;
     let n_rules = ast.rules.len();
@@ -691,7 +689,7 @@ fn compile_with(
         boundary[hi as usize + 1] = true;
     }
     if let Some(s) = splice {
-        let c = &s.grammar.classes;
+        let c = &s.prebuilt.grammar.classes;
         for b in 1..256 {
             boundary[b] |= c[b] != c[b - 1];
         }
@@ -747,7 +745,7 @@ fn compile_with(
     // A prebuilt class's bytes, from its first to its last.
     let mut block_bytes: Vec<(u8, u8)> = Vec::new();
     if let Some(s) = splice {
-        for (b, &c) in s.grammar.classes.iter().enumerate() {
+        for (b, &c) in s.prebuilt.grammar.classes.iter().enumerate() {
             if usize::from(c) == block_bytes.len() {
                 block_bytes.push((b as u8, b as u8));
             }
@@ -912,7 +910,7 @@ fn compile_with(
     // (a refinement of theirs).
     let block_base = accepting.len();
     if let Some(s) = splice {
-        let block = s.grammar;
+        let block = &s.prebuilt.grammar;
         let base = block_base as u32;
         for t in 0..block.state_count() {
             for x in block.moves.row(t) {
@@ -941,7 +939,8 @@ fn compile_with(
             call_start[x as usize] = start[x as usize];
         }
         if nfa_bytes_used + held > build_bytes {
-            return Err(too_big_to_build(&ast.rules[ast.root].name));
+            let value = s.rule_in_ast[s.prebuilt.ast.root] as usize;
+            return Err(too_big_to_build(&ast.rules[value].name));
         }
     }
     let n = accepting.len();
@@ -1222,7 +1221,7 @@ fn compile_with(
         entry,
         counters,
         counter_of,
-        spliced: splice.map(|s| (class[block_base], s.runs.clone())),
+        spliced: splice.map(|s| (class[block_base], s.prebuilt.runs.clone())),
     };
     if !span_rows && g.memory_usage() > max_bytes {
         (g.trans, g.expansions) = pack(&g.moves, true).ok_or_else(packed_too_big)?;

@@ -200,19 +200,6 @@ fn line_col_text(src: &[u8], at: usize) -> String {
     format!("line {l}, column {c}")
 }
 
-/// A compiled grammar: the pushdown automaton, independent of any vocabulary.
-///
-/// ```
-/// let g = poot::grammar::Grammar::new(r#"
-/// root ::= expr
-/// expr ::= term (("+" | "-") term)*
-/// term ::= [0-9]+ | "(" expr ")"
-/// "#).unwrap();
-/// assert!(g.matches(b"(1+2)-30"));
-/// assert!(!g.matches(b"(1+2"));
-/// let err = poot::grammar::Grammar::new("root ::= x").unwrap_err();
-/// assert_eq!(err.to_string(), "guided_grammar line 1, column 10: undefined rule `x` (in `root ::= x`)");
-/// ```
 /// Rules compiled once and spliced into every grammar that has a rule of the same language
 /// ([`Ast::prebuilt`]): a schema grammar's free-form JSON value, with its array item and its
 /// member, is the same ~60 states in every schema that allows extra keys or leaves a value
@@ -239,13 +226,30 @@ impl Prebuilt {
             || grammar.accepting[grammar.entry as usize]
             || grammar.rule_count() != ast.rules.len()
         {
-            return Err("a prebuilt grammar has no counter and its root is not nullable".into());
+            return Err(
+                "a prebuilt grammar has no counter, a root that needs a byte, and no rule \
+                 added while compiling"
+                    .into(),
+            );
         }
         let runs = engine::grammar_runs(&grammar).into();
         Ok(Prebuilt { ast, grammar, runs })
     }
 }
 
+/// A compiled grammar: the pushdown automaton, independent of any vocabulary.
+///
+/// ```
+/// let g = poot::grammar::Grammar::new(r#"
+/// root ::= expr
+/// expr ::= term (("+" | "-") term)*
+/// term ::= [0-9]+ | "(" expr ")"
+/// "#).unwrap();
+/// assert!(g.matches(b"(1+2)-30"));
+/// assert!(!g.matches(b"(1+2"));
+/// let err = poot::grammar::Grammar::new("root ::= x").unwrap_err();
+/// assert_eq!(err.to_string(), "guided_grammar line 1, column 10: undefined rule `x` (in `root ::= x`)");
+/// ```
 #[derive(Clone)]
 pub struct Grammar {
     names: Vec<String>,
