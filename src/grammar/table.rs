@@ -104,9 +104,28 @@ pub(crate) struct Packed<T> {
 /// automaton limit, ~131k at 1 MiB).
 const SPAN_ROW: u32 = 1 << 31;
 
-/// Placements tried for one row before it goes past the end of the cells, where it always
-/// fits: bounds packing at this many checks per class that differs.
-const PLACEMENT_TRIES: usize = 64;
+/// A bit per cell of a [`Packed`] table being made, set where the cell is free; every cell
+/// past the end is free.
+struct FreeCells(Vec<u64>);
+
+impl FreeCells {
+    /// Cells `at..at + 64`, a bit each (lowest first).
+    fn word(&self, at: usize) -> u64 {
+        let word = |i: usize| self.0.get(i).copied().unwrap_or(!0);
+        let (i, shift) = (at / 64, at % 64);
+        match shift {
+            0 => word(i),
+            _ => word(i) >> shift | word(i + 1) << (64 - shift),
+        }
+    }
+
+    fn take(&mut self, cell: usize) {
+        if self.0.len() <= cell / 64 {
+            self.0.resize(cell / 64 + 1, !0);
+        }
+        self.0[cell / 64] &= !(1 << (cell % 64));
+    }
+}
 
 impl<T: Copy + Ord> Packed<T> {
     /// Packs `rows` over `stride` classes, `absent` where a state's spans have no value;
@@ -191,29 +210,27 @@ impl<T: Copy + Ord> Packed<T> {
         let mut order: Vec<u32> = (0..n as u32).collect();
         order.sort_by_key(|&s| std::cmp::Reverse(exc_off[s as usize + 1] - exc_off[s as usize]));
         let mut cells: Vec<(u32, T)> = Vec::new();
+        let mut free = FreeCells(Vec::new());
         let mut lowest_free = 0usize;
         for &s in &order {
             let own = &exc[exc_off[s as usize] as usize..exc_off[s as usize + 1] as usize];
             let Some(&(first, _)) = own.first() else {
                 continue;
             };
-            let free = |b: usize, cells: &[(u32, T)]| {
-                own.iter().all(|&(c, _)| {
-                    cells
-                        .get(b + usize::from(c))
-                        .is_none_or(|&(owner, _)| owner == NONE)
-                })
+            // The first of the 64 bases from the lowest free cell on where every cell of the
+            // row is free, else past the end, where it always fits: bit `k` of each cell's
+            // word is base `start + k`'s, so each class that differs is read once. A base at
+            // a time, half the rows of a small grammar's tables tried all 64 (35 tries a row
+            // on average): ~3 % of its compile.
+            let start = lowest_free.saturating_sub(usize::from(first));
+            let fits = own.iter().fold(!0u64, |fits, &(c, _)| {
+                fits & free.word(start + usize::from(c))
+            });
+            let base = if fits == 0 {
+                cells.len()
+            } else {
+                start + fits.trailing_zeros() as usize
             };
-            let mut base = lowest_free.saturating_sub(usize::from(first));
-            let mut tries = 0;
-            while !free(base, &cells) {
-                tries += 1;
-                base = if tries == PLACEMENT_TRIES {
-                    cells.len()
-                } else {
-                    base + 1
-                };
-            }
             let (last, _) = own[own.len() - 1];
             let end = base + usize::from(last) + 1;
             if cells.len() < end {
@@ -221,6 +238,7 @@ impl<T: Copy + Ord> Packed<T> {
             }
             for &(c, v) in own {
                 cells[base + usize::from(c)] = (s, v);
+                free.take(base + usize::from(c));
             }
             rows_out[s as usize].0 = base as u32;
             while lowest_free < cells.len() && cells[lowest_free].0 != NONE {
