@@ -252,10 +252,7 @@ type Continuations = HashMap<(u32, usize), Option<Vec<u32>>>;
 /// and what its loop searches may still do.
 #[derive(Debug)]
 pub(crate) struct RunMemo {
-    /// By state (a state's index: automaton states are numbered densely).
-    successors: Vec<Option<std::rc::Rc<GroupSuccessors>>>,
-    /// Scratch for [`Trie::run`]'s chain, kept for its capacity.
-    chain: Vec<(u32, u64)>,
+    successors: HashMap<u32, std::rc::Rc<GroupSuccessors>>,
     /// [`Trie::successors`]' continuation walks, kept across states.
     continuations: Continuations,
     /// States a loop search passed [`Trie::LOOP_STATES`] from: no search starts there.
@@ -309,8 +306,7 @@ impl Representatives {
 impl Default for RunMemo {
     fn default() -> Self {
         RunMemo {
-            successors: Vec::new(),
-            chain: Vec::new(),
+            successors: HashMap::default(),
             continuations: Continuations::default(),
             crowded: HashSet::default(),
             search_left: RUN_SEARCH_WORK,
@@ -739,12 +735,9 @@ impl Trie {
         }
         let reps = memo.representatives.as_ref().expect("just computed");
         let mut succs = |s: u32| -> std::rc::Rc<GroupSuccessors> {
-            let i = s as usize;
-            if memo.successors.len() <= i {
-                memo.successors.resize(i + 1, None);
-            }
-            memo.successors[i]
-                .get_or_insert_with(|| {
+            memo.successors
+                .entry(s)
+                .or_insert_with(|| {
                     std::rc::Rc::new(Self::successors(
                         s,
                         dead,
@@ -760,8 +753,7 @@ impl Trie {
         // Follow the chain of single successors to a state whose run is known, a loop, a
         // state without one, or 255 states; then fill the runs in backwards (every chain
         // state but `t`, whose run may still be the loop's).
-        let mut chain = std::mem::take(&mut memo.chain);
-        chain.clear();
+        let mut chain: Vec<(u32, u64)> = Vec::new();
         let mut s = t;
         let mut tail = loop {
             if s != t {
@@ -811,7 +803,6 @@ impl Trie {
             &mut memo.search_left,
         );
         store(t, r);
-        memo.chain = chain;
         r
     }
 
