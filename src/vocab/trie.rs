@@ -166,47 +166,11 @@ impl GroupSuccessors {
     /// Of the states some whole group leads to, the one most groups do (the lowest on a
     /// tie), with those groups; `(0, _)` when there is none.
     fn single_of(pairs: &[(u8, u32)]) -> (u64, u32) {
-        // Mostly a few states (a key's next letter, the string's body, the close): their
-        // groups gathered by a scan of each state seen so far, on the stack. The general
-        // sort below, its two 64-entry tables set up and sorted, was ~4 % of a small
-        // grammar-backed compile.
-        const FEW: usize = 8;
-        let mut few = [(0u32, 0u64); FEW];
-        let mut len = 0;
-        for &(g, n) in pairs {
-            match few[..len].iter_mut().find(|e| e.0 == n) {
-                Some(e) => e.1 |= 1 << g,
-                None if len < FEW => {
-                    few[len] = (n, 1 << g);
-                    len += 1;
-                }
-                None => return Self::single_of_many(pairs),
-            }
-        }
-        // A group that leads to two states has no one successor.
-        let (mut any, mut split) = (0u64, 0u64);
-        for &(_, groups) in &few[..len] {
-            split |= any & groups;
-            any |= groups;
-        }
-        let mut best = (0u64, u32::MAX);
-        for &(n, groups) in &few[..len] {
-            let whole = groups & !split;
-            let better = whole.count_ones() > best.0.count_ones()
-                || (whole != 0 && whole.count_ones() == best.0.count_ones() && n < best.1);
-            if better {
-                best = (whole, n);
-            }
-        }
-        best
-    }
-
-    /// [`GroupSuccessors::single_of`] over any number of states.
-    fn single_of_many(pairs: &[(u8, u32)]) -> (u64, u32) {
         // Per group: its one successor, CONFLICT when its characters disagree.
         const UNSET: u32 = u32::MAX;
         const CONFLICT: u32 = u32::MAX - 1;
         let mut succ = [UNSET; 64];
+        let mut whole = 0u64;
         for &(g, n) in pairs {
             let g = usize::from(g);
             succ[g] = if succ[g] == UNSET || succ[g] == n {
@@ -214,23 +178,31 @@ impl GroupSuccessors {
             } else {
                 CONFLICT
             };
+            whole |= 1 << g;
         }
-        // (state, group) sorted by state: each state's groups are one stretch (on the stack:
-        // this runs once per state of every grammar bound to a vocabulary).
-        let mut by_state = [(0u32, 0u8); 64];
+        // Per state, the groups whose every character leads there: at most one state a
+        // group, and mostly a few in all (a key's next letter, the string's body, the close),
+        // so each is found by a scan, on the stack. Sorting (state, group) pairs instead,
+        // over two 64-entry tables, was ~4 % of a small grammar-backed compile.
+        let mut by_state = [(0u32, 0u64); 64];
         let mut len = 0;
-        for h in 0..64u8 {
-            if succ[usize::from(h)] < CONFLICT {
-                by_state[len] = (succ[usize::from(h)], h);
-                len += 1;
+        while whole != 0 {
+            let g = whole.trailing_zeros();
+            whole &= whole - 1;
+            let n = succ[g as usize];
+            if n == CONFLICT {
+                continue;
+            }
+            match by_state[..len].iter_mut().find(|e| e.0 == n) {
+                Some(e) => e.1 |= 1 << g,
+                None => {
+                    by_state[len] = (n, 1 << g);
+                    len += 1;
+                }
             }
         }
-        let by_state = &mut by_state[..len];
-        by_state.sort_unstable();
         let mut best = (0u64, u32::MAX);
-        for stretch in by_state.chunk_by(|a, b| a.0 == b.0) {
-            let n = stretch[0].0;
-            let groups = stretch.iter().fold(0u64, |a, &(_, h)| a | 1 << h);
+        for &(n, groups) in &by_state[..len] {
             let better = groups.count_ones() > best.0.count_ones()
                 || (groups.count_ones() == best.0.count_ones() && n < best.1);
             if better {
@@ -1184,7 +1156,7 @@ mod tests {
         let mut rand = move |n: u64| rng.below(n);
         for _ in 0..2000 {
             let groups = 1 + rand(64);
-            // Up to 6 states (the scan) or up to 20 (past it, the general sort).
+            // A few states, as most rows lead to, or many.
             let most = if rand(2) == 0 { 6 } else { 20 };
             let states = 1 + rand(most) as u32;
             let pairs: Vec<(u8, u32)> = (0..rand(90))
