@@ -36,6 +36,7 @@ pub mod model;
 pub mod quant;
 pub mod regex;
 pub mod sampling;
+pub(crate) mod slice_ids;
 #[cfg(test)]
 mod test_rng;
 pub mod tokenizer;

@@ -19,6 +19,7 @@ use super::parse::{Ast, Expr};
 use super::table::{covering, Packed, Rows, Span};
 use super::{BitSet256, Counter, Grammar, GrammarError, Prebuilt, COUNTER_HORIZON, NONE};
 use crate::limits::Limits;
+use crate::slice_ids::SliceIds;
 use regex_syntax::utf8::{Utf8Sequence, Utf8Sequences};
 use rustc_hash::FxHashMap as HashMap;
 use std::cell::Cell;
@@ -777,7 +778,7 @@ fn compile_with(
     // Scratch, kept across states and rules (fresh vectors per closure and per state were
     // ~1,000 of a small schema grammar's ~5,000 allocations): the current rule's NFA sets,
     // the state's own, a closure's stack and result, the state's calls by callee.
-    let mut sets = SetIds::default();
+    let mut sets = SliceIds::default();
     let (mut set, mut stack, mut found) = (Vec::new(), Vec::new(), Vec::new());
     let mut by_rule: Vec<(u32, u32)> = Vec::new();
     for r in 0..n_rules {
@@ -2071,56 +2072,6 @@ fn closure(
         }
     }
     out.sort_unstable();
-}
-
-/// The NFA sets of one rule's DFA states, numbered in the order first met, in one arena and
-/// found by hash: most sets are met again, and a map keyed by owned sets cost a copy per
-/// new set besides the queue's.
-#[derive(Default)]
-struct SetIds {
-    items: Vec<u32>,
-    /// Where each set ends in `items` (set `i` starts where set `i - 1` ends).
-    off: Vec<u32>,
-    /// The last set of each hash, and per set the previous one of the same hash ([`NONE`]).
-    by_hash: HashMap<u64, u32>,
-    same_hash: Vec<u32>,
-}
-
-impl SetIds {
-    fn clear(&mut self) {
-        self.items.clear();
-        self.off.clear();
-        self.by_hash.clear();
-        self.same_hash.clear();
-    }
-
-    fn len(&self) -> usize {
-        self.same_hash.len()
-    }
-
-    fn get(&self, i: usize) -> &[u32] {
-        let start = if i == 0 { 0 } else { self.off[i - 1] };
-        &self.items[start as usize..self.off[i] as usize]
-    }
-
-    /// The number of `set`, added when new.
-    fn intern(&mut self, set: &[u32]) -> u32 {
-        use std::hash::BuildHasher;
-        let h = self.by_hash.hasher().hash_one(set);
-        let mut k = self.by_hash.get(&h).copied().unwrap_or(NONE);
-        while k != NONE {
-            if self.get(k as usize) == set {
-                return k;
-            }
-            k = self.same_hash[k as usize];
-        }
-        let n = self.len() as u32;
-        self.items.extend_from_slice(set);
-        self.off.push(self.items.len() as u32);
-        self.same_hash
-            .push(self.by_hash.insert(h, n).unwrap_or(NONE));
-        n
-    }
 }
 
 fn check_left_recursion(
