@@ -696,7 +696,7 @@ fn grammar_runs_reading(g: &Grammar, leaf: &[bool], may_live: &[u64]) -> Vec<Run
     /// Each round reaches one rule further: 4 rules of 16 characters pass most tokens'
     /// length.
     const ROUNDS: usize = 4;
-    let mut memo = RunMemo::default();
+    let mut memo = RunMemo::with_capacity(g.state_count());
     let mut seeds: Vec<Option<Run>> = vec![None; g.state_count()];
     // A spliced grammar's runs are known: its states call only its own rules.
     let known = g.spliced.as_ref().map_or(g.state_count(), |(first, runs)| {

@@ -275,6 +275,15 @@ impl Representatives {
     }
 }
 
+impl RunMemo {
+    /// A memo with room for `states` states' successors before its map grows.
+    pub(crate) fn with_capacity(states: usize) -> Self {
+        let mut memo = RunMemo::default();
+        memo.successors.reserve(states);
+        memo
+    }
+}
+
 impl Default for RunMemo {
     fn default() -> Self {
         RunMemo {
