@@ -1130,6 +1130,31 @@ fn compile_with(
         entries,
         pushes,
     } = build_expansions(
+        splice.map(|s| {
+            // The prebuilt's lists, first in the tables (so their ranges stand), its states
+            // and classes made ours.
+            let block = &s.prebuilt.grammar;
+            let base = remap(block_base as u32);
+            let mut rows = Rows::new();
+            for t in 0..block.state_count() {
+                for x in s.prebuilt.expansions.row(t) {
+                    let lo = block_bytes[usize::from(x.lo)].0;
+                    let hi = block_bytes[usize::from(x.hi)].1;
+                    rows.push(classes[usize::from(lo)], classes[usize::from(hi)], x.target);
+                }
+                rows.end_row();
+            }
+            ExpansionSeed {
+                first: base as usize,
+                rows,
+                entries: block
+                    .entries
+                    .iter()
+                    .map(|&(top, at, len)| (top + base, at, len))
+                    .collect(),
+                pushes: block.pushes.iter().map(|&q| q + base).collect(),
+            }
+        }),
         &moves,
         // Accepting, with no move, no call and no count ([`build_expansions`]'s `add`).
         (0..n)
@@ -1143,8 +1168,7 @@ fn compile_with(
         &call_off,
         &call_edges,
         &call_start,
-        held,
-        build_bytes,
+        (held, build_bytes),
     )
     .map_err(|s| too_big_to_build(&ast.rules[rule_of[s] as usize].name))?;
     // A cell holds where its list starts, plus one (0: no list), and a bit marks each list's
@@ -2143,20 +2167,31 @@ struct Expansions {
     pushes: Vec<u32>,
 }
 
+/// Expansions known before [`build_expansions`] runs: a spliced prebuilt's, for its states
+/// from `first` on (`rows` by state), whose spans' ranges are into `entries` and those
+/// entries' into `pushes`.
+struct ExpansionSeed {
+    first: usize,
+    rows: Rows<(u32, u32)>,
+    entries: Vec<(u32, u32, u32)>,
+    pushes: Vec<u32>,
+}
+
 /// For every state with calls and every byte class, the (pushed return states, new top state)
 /// pairs that byte leads to through calls, by class span: classes on which every callee
 /// moves alike share one list (a string's character range is one list, not dozens). Calls
 /// before the first byte form a DAG (no left recursion), so a depth-first pass over the call
 /// starts terminates, each callee's spans made before its callers read them. Past
-/// `max_bytes` (counted from `used`), the state being expanded is the error.
+/// `max_bytes` (counted from `used`; `bytes` is both), the state being expanded is the
+/// error. The `seed`'s states are taken as they are.
 fn build_expansions(
+    seed: Option<ExpansionSeed>,
     moves: &Rows<u32>,
     transparent: Vec<bool>,
     call_off: &[u32],
     call_edges: &[(u32, u32)],
     call_start: &[u32],
-    used: usize,
-    max_bytes: usize,
+    (used, max_bytes): (usize, usize),
 ) -> Result<Expansions, usize> {
     struct Builder<'a> {
         moves: &'a Rows<u32>,
@@ -2361,6 +2396,19 @@ fn build_expansions(
         used,
         max_bytes,
     };
+    if let Some(seed) = seed {
+        for t in 0..seed.rows.len() {
+            let a = b.spans.len() as u32;
+            b.spans.extend_from_slice(seed.rows.row(t));
+            b.at[seed.first + t] = (a, b.spans.len() as u32);
+        }
+        b.used += seed.entries.len() * 12 + seed.pushes.len() * 4;
+        if b.used > b.max_bytes {
+            return Err(seed.first);
+        }
+        b.entries = seed.entries;
+        b.pushes = seed.pushes;
+    }
     for s in 0..n {
         if call_off[s] < call_off[s + 1] {
             b.expand(s)?;
