@@ -950,11 +950,14 @@ fn compile_with(
     let n = accepting.len();
 
     // Live states (can complete their rule) and productive rules, by a worklist.
+    // A spliced prebuilt's states were trimmed when it was built, and its rules reach no
+    // other: they are taken as live and productive, and its moves and calls are not read.
+    let own = block_base;
     // Each state's predecessors by a byte, once each, in one flat array (a vector per state
     // was ~8 % of a schema grammar's compile).
     let mut rev_start = vec![0u32; n + 1];
     let mut last = vec![NONE; n];
-    for s in 0..n {
+    for s in 0..own {
         for x in moves.row(s) {
             let t = x.target as usize;
             if last[t] != s as u32 {
@@ -969,7 +972,7 @@ fn compile_with(
     let mut rev = vec![0u32; rev_start[n] as usize];
     let mut fill = rev_start.clone();
     last.fill(NONE);
-    for s in 0..n {
+    for s in 0..own {
         for x in moves.row(s) {
             let t = x.target as usize;
             if last[t] != s as u32 {
@@ -986,15 +989,19 @@ fn compile_with(
     for (r, &s) in call_start.iter().enumerate() {
         starts_of.entry(s).or_default().push(r as u32);
     }
-    for (s, row) in calls.iter().enumerate() {
+    for (s, row) in calls[..own].iter().enumerate() {
         for &(callee, ret) in row {
             rev_ret[ret as usize].push((s as u32, callee));
             callers[callee as usize].push((s as u32, ret));
         }
     }
     let mut live = vec![false; n];
+    live[own..].fill(true);
     let mut productive = vec![false; n_rules];
-    let mut work: Vec<u32> = (0..n as u32).filter(|&s| accepting[s as usize]).collect();
+    for &r in splice.map_or(&[][..], |s| &s.rule_in_ast[..]) {
+        productive[r as usize] = true;
+    }
+    let mut work: Vec<u32> = (0..own as u32).filter(|&s| accepting[s as usize]).collect();
     for &s in &work {
         live[s as usize] = true;
     }
