@@ -756,6 +756,12 @@ fn compile_with(
             block_bytes[usize::from(c)].1 = b as u8;
         }
     }
+    // A span of the prebuilt's classes as a span of ours (a refinement of theirs).
+    let our_span = |lo: u8, hi: u8| {
+        let first = block_bytes[usize::from(lo)].0;
+        let last = block_bytes[usize::from(hi)].1;
+        (classes[usize::from(first)], classes[usize::from(last)])
+    };
     // Determinization work: NFA edges scanned, and states visited by the closures and the
     // nullable fixpoint (`seen.visits`).
     let mut scanned = 0u64;
@@ -918,13 +924,8 @@ fn compile_with(
         let base = block_base as u32;
         for t in 0..block.state_count() {
             for x in block.moves.row(t) {
-                let lo = block_bytes[usize::from(x.lo)].0;
-                let hi = block_bytes[usize::from(x.hi)].1;
-                moves.push(
-                    classes[usize::from(lo)],
-                    classes[usize::from(hi)],
-                    base + x.target,
-                );
+                let (lo, hi) = our_span(x.lo, x.hi);
+                moves.push(lo, hi, base + x.target);
             }
             moves.end_row();
             accepting.push(block.accepting[t]);
@@ -1145,9 +1146,8 @@ fn compile_with(
             let mut rows = Rows::new();
             for t in 0..block.state_count() {
                 for x in s.prebuilt.expansions.row(t) {
-                    let lo = block_bytes[usize::from(x.lo)].0;
-                    let hi = block_bytes[usize::from(x.hi)].1;
-                    rows.push(classes[usize::from(lo)], classes[usize::from(hi)], x.target);
+                    let (lo, hi) = our_span(x.lo, x.hi);
+                    rows.push(lo, hi, x.target);
                 }
                 rows.end_row();
             }
@@ -2404,11 +2404,11 @@ fn build_expansions(
         max_bytes,
     };
     if let Some(seed) = seed {
-        for t in 0..seed.rows.len() {
-            let a = b.spans.len() as u32;
-            b.spans.extend_from_slice(seed.rows.row(t));
-            b.at[seed.first + t] = (a, b.spans.len() as u32);
+        // The seed's rows are the first spans: their offsets stand.
+        for (t, w) in seed.rows.off.windows(2).enumerate() {
+            b.at[seed.first + t] = (w[0], w[1]);
         }
+        b.spans = seed.rows.spans;
         b.used += seed.entries.len() * 12 + seed.pushes.len() * 4;
         if b.used > b.max_bytes {
             return Err(seed.first);

@@ -215,19 +215,13 @@ impl<'a> Subtrees<'a> {
         if let Some(&id) = self.by_address.get(&(n as *const Node)) {
             return id;
         }
-        let id = match n {
-            Node::Empty
-            | Node::Nothing
-            | Node::AnyJson
-            | Node::Lit(_)
-            | Node::Class(_)
-            | Node::Automaton(_) => {
+        let base = self.pending.len();
+        let id = match self.shape(n) {
+            None => {
                 let next = 2 * self.leaves.len() as Subtree + 1;
                 *self.leaves.entry(n).or_insert(next)
             }
-            _ => {
-                let base = self.pending.len();
-                let children = self.shape(n);
+            Some(children) => {
                 let new = self.composites.len() as u32;
                 let k = self.composites.intern(&self.pending[base..]);
                 if k == new {
@@ -248,12 +242,19 @@ impl<'a> Subtrees<'a> {
         id
     }
 
-    /// Pushes composite `n`'s shape onto `pending`: its kind and fields, then its children's
-    /// ids; returns where the children start, from the shape's start.
-    fn shape(&mut self, n: &'a Node) -> usize {
+    /// Pushes a composite `n`'s shape onto `pending`: its kind and fields, then its
+    /// children's ids; returns where the children start, from the shape's start. None for a
+    /// leaf, which has no shape (it is numbered by its content).
+    fn shape(&mut self, n: &'a Node) -> Option<usize> {
         let base = self.pending.len();
         let bound = |m: &Option<u32>| [u32::from(m.is_some()), m.unwrap_or(0)];
-        match n {
+        let children = match n {
+            Node::Empty
+            | Node::Nothing
+            | Node::AnyJson
+            | Node::Lit(_)
+            | Node::Class(_)
+            | Node::Automaton(_) => return None,
             Node::Concat(items) | Node::Alt(items) => {
                 self.pending.push(u32::from(matches!(n, Node::Alt(_))));
                 let from = self.pending.len() - base;
@@ -303,8 +304,8 @@ impl<'a> Subtrees<'a> {
                 }
                 from
             }
-            leaf => unreachable!("a leaf has no shape: {leaf:?}"),
-        }
+        };
+        Some(children)
     }
 
     /// How often subtree `id` is a child of distinct subtrees (0 for a leaf).
