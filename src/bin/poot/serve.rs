@@ -151,10 +151,12 @@ struct Stats {
     alive: AtomicBool,
     /// Whether a request is generating now.
     busy: AtomicBool,
-    /// Requests finished (completed, failed or cancelled) and their completion tokens.
+    /// Requests finished (completed, failed or cancelled) and their completion tokens; a
+    /// request refused before it was queued (400, 503) is not counted.
     finished: AtomicU64,
     completion_tokens: AtomicU64,
-    /// Of `finished`: runs stopped because their client left or stopped reading.
+    /// Of `finished`: runs stopped because their client left or stopped reading, and admitted
+    /// requests whose client left while their constraint compiled.
     cancelled: AtomicU64,
     /// Of `finished`: jobs that panicked (answered 500).
     panicked: AtomicU64,
@@ -556,6 +558,30 @@ struct CancelOnDrop(Arc<AtomicBool>);
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Counts an admitted request as finished and cancelled if dropped while armed: its client
+/// left before the request reached the queue (while its constraint compiled), where neither
+/// the generation thread nor a response would count it.
+struct CountIfClientLeaves<'a>(Option<&'a Stats>);
+
+impl<'a> CountIfClientLeaves<'a> {
+    fn armed(stats: &'a Stats) -> Self {
+        CountIfClientLeaves(Some(stats))
+    }
+
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CountIfClientLeaves<'_> {
+    fn drop(&mut self) {
+        if let Some(stats) = self.0 {
+            stats.cancelled.fetch_add(1, Ordering::SeqCst);
+            stats.finished.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -1033,12 +1059,16 @@ async fn completion(
         return generation_stopped();
     }
     let engine = server.engine.clone();
+    // hyper drops this future when the client leaves; while it waits on the compile below,
+    // nothing else would count the request, admitted but never queued.
+    let left = CountIfClientLeaves::armed(&server.stats);
     let compiled = tokio::task::spawn_blocking(move || {
         serde_json::from_slice::<Value>(&body)
             .map_err(|e| Error::invalid_input(format!("the request body is not valid JSON: {e}")))
             .and_then(|v| Run::new(engine, &v, endpoint, run_options(endpoint)))
     })
     .await;
+    left.disarm();
     let run = match compiled {
         Ok(Ok(run)) => run,
         Ok(Err(err)) => return api_error(&err),
@@ -1202,6 +1232,19 @@ mod tests {
         // Greedy from the same prompt in a fresh session each time: the same text.
         assert!(texts.iter().all(|t| t == &texts[0]), "{texts:?}");
         assert_eq!(poot::gpu::weight_bytes_uploaded(), uploaded);
+    }
+
+    #[test]
+    fn a_client_that_leaves_while_compiling_is_counted_once() {
+        let stats = Stats::default();
+        // The request's future dropped at the compile's await: counted as cancelled.
+        drop(CountIfClientLeaves::armed(&stats));
+        assert_eq!(stats.finished.load(Ordering::SeqCst), 1);
+        assert_eq!(stats.cancelled.load(Ordering::SeqCst), 1);
+        // Past the compile the job (or the 400) accounts for it: not counted here.
+        CountIfClientLeaves::armed(&stats).disarm();
+        assert_eq!(stats.finished.load(Ordering::SeqCst), 1);
+        assert_eq!(stats.cancelled.load(Ordering::SeqCst), 1);
     }
 
     #[test]
