@@ -16,7 +16,8 @@
 //! counter), `format` with `pattern`, and integer `multipleOf` (a range times "decimal
 //! integers divisible by k", a k-state automaton built with [`Dfa::from_fn_within`]).
 
-use super::{determinize, Dfa, DEAD};
+use super::determinize::{self, Stretches};
+use super::{Dfa, DEAD};
 use crate::error::{Error, Result};
 use crate::limits::Limits;
 use regex_automata::nfa::thompson::NFA;
@@ -194,7 +195,7 @@ impl Dfa {
         let mut index: HashMap<(u32, u32), u32> = HashMap::default();
         let mut order: Vec<(u32, u32)> = vec![(self.start, other.start)];
         index.insert(order[0], 0);
-        let mut raw: Vec<u32> = Vec::new();
+        let mut raw = Stretches::default();
         let mut accepting: Vec<bool> = Vec::new();
         let mut i = 0;
         while i < order.len() {
@@ -220,12 +221,11 @@ impl Dfa {
                 Op::Intersection => self.is_accepting(a) && b_accepts,
                 Op::Difference => self.is_accepting(a) && !b_accepts,
             });
-            for &byte in &reps {
+            for (c, &byte) in reps.iter().enumerate() {
                 let na = self.next(a, byte);
                 // The dead row maps every class to itself, so DEAD stays DEAD.
                 let nb = other.next(b, byte);
                 if na == DEAD || (nb == DEAD && op == Op::Intersection) {
-                    raw.push(determinize::NONE);
                     continue;
                 }
                 let n = order.len() as u32;
@@ -233,7 +233,7 @@ impl Dfa {
                     order.push((na, nb));
                     n
                 });
-                raw.push(j);
+                raw.add(i as u32, c as u8, j);
             }
             i += 1;
         }
@@ -311,13 +311,15 @@ impl Dfa {
                 s
             }
         };
-        let mut raw = Vec::with_capacity(states * stride);
+        let mut raw = Stretches::default();
         let mut acc = Vec::with_capacity(states);
         for row in 0..states {
             let s = swap(row);
             acc.push(accepting(s));
-            for &b in &reps {
-                raw.push(next(s, b).map_or(determinize::NONE, |t| swap(t) as u32));
+            for (c, &b) in reps.iter().enumerate() {
+                if let Some(t) = next(s, b) {
+                    raw.add(row as u32, c as u8, swap(t) as u32);
+                }
             }
         }
         // Unreachable rows stay in the table compact_live builds: take the reachable part.

@@ -25,6 +25,7 @@ pub(crate) use algebra::{CharTransitions, Op, Refusal};
 mod oracle_tests;
 
 use crate::limits::{Limits, ERROR_QUOTE_CHARS, MAX_REGEX_NESTING};
+use determinize::Stretches;
 use regex_automata::dfa::{dense, Automaton};
 use regex_automata::nfa::thompson;
 use regex_automata::util::start;
@@ -254,7 +255,7 @@ impl Dfa {
         Ok(compact)
     }
 
-    /// Copies the reachable part of a dense DFA into a raw table for [`Self::compact`].
+    /// Copies the reachable part of a dense DFA into raw stretches for [`Self::compact`].
     fn from_dense(dfa: &dense::DFA<Vec<u32>>) -> std::result::Result<Self, String> {
         let (classes, reps) = class_table(dfa.byte_classes());
         let stride = reps.len();
@@ -266,16 +267,15 @@ impl Dfa {
         let mut index: HashMap<regex_automata::util::primitives::StateID, u32> = HashMap::new();
         let mut order = vec![start];
         index.insert(start, 0);
-        let mut raw: Vec<u32> = Vec::new();
+        let mut raw = Stretches::default();
         let mut accepting = Vec::new();
         let mut i = 0;
         while i < order.len() {
             let sid = order[i];
             accepting.push(dfa.is_match_state(dfa.next_eoi_state(sid)));
-            for &b in &reps {
+            for (c, &b) in reps.iter().enumerate() {
                 let next = dfa.next_state(sid, b);
                 if dfa.is_dead_state(next) || dfa.is_quit_state(next) {
-                    raw.push(determinize::NONE);
                     continue;
                 }
                 let n = order.len() as u32;
@@ -283,20 +283,20 @@ impl Dfa {
                     order.push(next);
                     n
                 });
-                raw.push(j);
+                raw.add(i as u32, c as u8, j);
             }
             i += 1;
         }
         Self::compact(classes, stride, raw, accepting)
     }
 
-    /// Builds the final table from the reachable states (`raw[s * stride + class]` is the next
-    /// state index or [`determinize::NONE`]; state 0 is the start), merging states that cannot
-    /// reach a match into the dead state.
+    /// Builds the final table from the reachable states (`raw` their transitions between
+    /// state indices; state 0 is the start), merging states that cannot reach a match into
+    /// the dead state.
     fn compact(
         classes: [u8; 256],
         stride: usize,
-        raw: Vec<u32>,
+        raw: Stretches,
         accepting: Vec<bool>,
     ) -> std::result::Result<Self, String> {
         Self::compact_live(classes, stride, raw, accepting)
@@ -308,37 +308,37 @@ impl Dfa {
     fn compact_live(
         classes: [u8; 256],
         stride: usize,
-        raw: Vec<u32>,
+        raw: Stretches,
         accepting: Vec<bool>,
     ) -> Option<Self> {
-        const NONE: u32 = determinize::NONE;
         let mut reps = vec![0u8; stride];
-        let mut class_size = vec![0usize; stride];
+        // Bytes in the classes before class `c`, so a stretch's bytes are a difference.
+        let mut bytes_before = vec![0usize; stride + 1];
         for b in (0..=255u8).rev() {
             let c = classes[b as usize];
             reps[c as usize] = b;
-            class_size[c as usize] += 1;
+            bytes_before[c as usize + 1] += 1;
         }
+        for c in 0..stride {
+            bytes_before[c + 1] += bytes_before[c];
+        }
+        let stretches = raw.0;
 
         // Live states reach an accepting state: a backward search from the accepting ones,
         // over predecessor lists in one flat array (counting sort by target).
         let n = accepting.len();
         let mut first = vec![0u32; n + 1];
-        for &t in &raw {
-            if t != NONE {
-                first[t as usize + 1] += 1;
-            }
+        for x in &stretches {
+            first[x.target as usize + 1] += 1;
         }
         for s in 0..n {
             first[s + 1] += first[s];
         }
         let mut fill = first.clone();
         let mut preds = vec![0u32; first[n] as usize];
-        for (i, &t) in raw.iter().enumerate() {
-            if t != NONE {
-                preds[fill[t as usize] as usize] = (i / stride) as u32;
-                fill[t as usize] += 1;
-            }
+        for x in &stretches {
+            preds[fill[x.target as usize] as usize] = x.state;
+            fill[x.target as usize] += 1;
         }
         let mut live = accepting.clone();
         let mut stack: Vec<usize> = (0..n).filter(|&s| accepting[s]).collect();
@@ -367,21 +367,25 @@ impl Dfa {
         let mut trans = vec![DEAD; rows * stride];
         let mut acc = vec![false; rows];
         let mut forced = vec![NO_FORCED; rows];
+        // Per row, the bytes leading to a live state, and the last of them.
+        let mut live_bytes = vec![0usize; rows];
+        let mut only = vec![NO_FORCED; rows];
         for s in (0..n).filter(|&s| live[s]) {
-            let row = new_id[s] as usize / stride;
-            acc[row] = accepting[s];
-            let mut live_bytes = 0;
-            let mut only = NO_FORCED;
-            for c in 0..stride {
-                let t = raw[s * stride + c];
-                if t != NONE && live[t as usize] {
-                    trans[row * stride + c] = new_id[t as usize];
-                    live_bytes += class_size[c];
-                    only = u16::from(reps[c]);
-                }
+            acc[new_id[s] as usize / stride] = accepting[s];
+        }
+        for x in &stretches {
+            let (s, t) = (x.state as usize, x.target as usize);
+            if live[s] && live[t] {
+                let row = new_id[s] as usize / stride;
+                let (lo, hi) = (usize::from(x.lo), usize::from(x.hi));
+                trans[row * stride + lo..=row * stride + hi].fill(new_id[t]);
+                live_bytes[row] += bytes_before[hi + 1] - bytes_before[lo];
+                only[row] = u16::from(reps[hi]);
             }
-            if !accepting[s] && live_bytes == 1 {
-                forced[row] = only;
+        }
+        for row in 1..rows {
+            if !acc[row] && live_bytes[row] == 1 {
+                forced[row] = only[row];
             }
         }
         Some(Dfa {
