@@ -784,6 +784,11 @@ fn compile_with(
     };
     // Per byte class, the NFA states the current DFA state's edges enter on it.
     let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); stride];
+    // Per NFA state, the rule whose construction entered it alone and the DFA state that
+    // led to (8 bytes an NFA state): most classes enter one NFA state (a string's next
+    // character), the same from many of the rule's states, and its closure and set lookup
+    // were made again each time.
+    let mut entering_one: Vec<(u32, u32)> = vec![(NONE, NONE); nfa.states];
     // Scratch, kept across states and rules (fresh vectors per closure and per state were
     // ~1,000 of a small schema grammar's ~5,000 allocations): the current rule's NFA sets,
     // the state's own, a closure's stack and result, the state's calls by callee.
@@ -866,10 +871,19 @@ fn compile_with(
                 // Neighbouring classes that one wide range covers (a string's character class
                 // spans dozens) reach the same set: one closure for all.
                 if last == NONE || buckets[c] != buckets[c - 1] {
-                    stack.extend_from_slice(&buckets[c]);
-                    closure(&nfa, &mut stack, &mut found, &nullable, &mut seen);
-                    last = base + sets.intern(&found);
-                    out_of_work(scanned, &seen, &ast.rules[r].name)?;
+                    last = match buckets[c][..] {
+                        [q] if entering_one[q as usize].0 == r as u32 => entering_one[q as usize].1,
+                        _ => {
+                            stack.extend_from_slice(&buckets[c]);
+                            closure(&nfa, &mut stack, &mut found, &nullable, &mut seen);
+                            let t = base + sets.intern(&found);
+                            out_of_work(scanned, &seen, &ast.rules[r].name)?;
+                            if let [q] = buckets[c][..] {
+                                entering_one[q as usize] = (r as u32, t);
+                            }
+                            t
+                        }
+                    };
                 }
                 moves.push(c as u8, c as u8, last);
             }
