@@ -229,7 +229,7 @@ impl Judge<'_> {
                 if !self.spend((re.len() as u64 + 1).saturating_mul(s.len() as u64 + 1)) {
                     return None;
                 }
-                string::exact_content(re)
+                string::format_content(re)
                     .matches(s.as_bytes())
                     .then_some(true)
             }

@@ -846,9 +846,6 @@ struct Compiler<'a> {
     /// Whether some object took extra keys because its schema left `additionalProperties`
     /// out ([`SchemaOptions::extra_keys`]).
     implicit_extra_keys: bool,
-    /// Each `format`'s content node, parsed once per schema: large configuration schemas
-    /// repeat `date-time` or `uri` in dozens of properties.
-    formats: rustc_hash::FxHashMap<&'static str, Node>,
 }
 
 impl<'a> Compiler<'a> {
@@ -872,7 +869,6 @@ impl<'a> Compiler<'a> {
             options,
             avoided_keys: None,
             implicit_extra_keys: false,
-            formats: rustc_hash::FxHashMap::default(),
         }
     }
 

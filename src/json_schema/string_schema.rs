@@ -33,13 +33,7 @@ impl Compiler<'_> {
         }
         if let Some(f) = m.get("format").and_then(Value::as_str) {
             match string::format_regex(f) {
-                Some(re) => {
-                    let n = self
-                        .formats
-                        .entry(re)
-                        .or_insert_with(|| string::exact_content(re));
-                    contents.push((n.clone(), "format"));
-                }
+                Some(re) => contents.push((string::format_content(re), "format")),
                 None if KNOWN_FORMATS.contains(&f) => {
                     return Err(unsupported(
                         "format",
