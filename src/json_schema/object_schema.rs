@@ -8,69 +8,7 @@ use super::*;
 impl Compiler<'_> {
     pub(super) fn object(&mut self, m: &Map<String, Value>) -> R<Node> {
         let here = self.here();
-        // patternProperties: keys matching a pattern, when no listed key matches one (it would
-        // need both schemas), the patterns share one value schema or no key matches two of
-        // them (it would need both schemas; disjointness is decided by DFA intersection), and
-        // no other extra keys are allowed (they would need "matches no pattern").
-        let patterns: Vec<(String, Value)> = match m.get("patternProperties") {
-            None => Vec::new(),
-            Some(Value::Object(pp)) => pp.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            Some(_) => {
-                return Err(Fail::Invalid(format!(
-                    "`patternProperties` at {here} must be an object"
-                )))
-            }
-        };
-        let mut pattern_nodes = Vec::new();
-        for (p, _) in &patterns {
-            pattern_nodes.push(string::pattern_content(p).map_err(|why| {
-                unsupported(
-                    "patternProperties",
-                    &here,
-                    &format!("{} uses {why}", quote(p)),
-                )
-            })?);
-        }
-        if !patterns.is_empty() {
-            if patterns.iter().any(|(_, s)| *s != patterns[0].1) {
-                // Snowplow's enriched events: `^contexts_.*` and `^unstruct_event_.*`. Each
-                // pair is a product of two DFAs (each under the automaton bounds): the
-                // patterns are capped so that the pairs stay few.
-                if patterns.len() > MAX_DISJOINT_PATTERNS {
-                    return Err(unsupported(
-                        "patternProperties",
-                        &here,
-                        &format!(
-                            "{} patterns with different schemas (at most \
-                             {MAX_DISJOINT_PATTERNS}, the disjoint patterns limit)",
-                            patterns.len()
-                        ),
-                    ));
-                }
-                for (i, a) in pattern_nodes.iter().enumerate() {
-                    for b in &pattern_nodes[i + 1..] {
-                        let both = Node::intersect(a, b, &self.limits);
-                        if !matches!(both, Ok(Node::Nothing)) {
-                            return Err(unsupported(
-                                "patternProperties",
-                                &here,
-                                "several patterns with different schemas that one key can match",
-                            ));
-                        }
-                    }
-                }
-            }
-            if m.get("additionalProperties")
-                .is_some_and(|a| *a != Value::Bool(false))
-                || m.contains_key("propertyNames")
-            {
-                return Err(unsupported(
-                    "patternProperties",
-                    &here,
-                    "beside additionalProperties or propertyNames",
-                ));
-            }
-        }
+        let (patterns, pattern_nodes) = self.pattern_properties(m, &here)?;
         let matches_pattern = |k: &str| pattern_nodes.iter().any(|n| n.matches(k.as_bytes()));
         let empty = Map::new();
         let props = match m.get("properties") {
@@ -145,38 +83,11 @@ impl Compiler<'_> {
         };
         let mut keys: BTreeSet<String> = props.keys().cloned().collect();
         keys.extend(required.iter().cloned());
-        let mut items: Vec<(String, Node, bool)> = Vec::new();
-        // Per item, the subschema visits its value took (what a copy of it costs again).
-        let mut costs: Vec<usize> = Vec::new();
-        for k in &keys {
-            let is_req = required.contains(k);
-            if !key_ok(k) {
-                if is_req {
-                    return Ok(Node::Nothing);
-                }
-                continue;
-            }
-            // A required key outside `properties` takes the additionalProperties schema
-            // (any value when it is absent); `additionalProperties: false` forbids it.
-            let schema = match (props.get(k), extra_schema) {
-                (Some(s), _) => s.clone(),
-                (None, Some(Value::Bool(false))) => return Ok(Node::Nothing),
-                (None, Some(x)) => x.clone(),
-                (None, None) => Value::Bool(true),
-            };
-            let before = self.visits;
-            let value = self.at(&format!("properties/{}", pointer_escape(k)), |c| {
-                c.schema(&schema)
-            })?;
-            if value == Node::Nothing {
-                if is_req {
-                    return Ok(Node::Nothing);
-                }
-                continue;
-            }
-            items.push((k.clone(), value, is_req));
-            costs.push(self.visits - before);
-        }
+        let Some((items, costs)) =
+            self.listed_properties(&keys, &required, props, extra_schema, &key_ok)?
+        else {
+            return Ok(Node::Nothing);
+        };
         let r = items.iter().filter(|x| x.2).count() as u32;
         let listed = items.len() as u32;
         let min_p = count_keyword(m, "minProperties", &here)?.unwrap_or(0);
@@ -229,36 +140,7 @@ impl Compiler<'_> {
                     "constraining extra keys beside listed properties",
                 ));
             }
-            let key = match &names_node {
-                Some(n) => n.clone(),
-                None => {
-                    // Not a listed key (it would bypass that key's schema), nor a key a
-                    // sibling `oneOf` branch names (see `avoided_keys`). A dependency's
-                    // trigger is listed by then (see `dependencies`).
-                    let mut excluded: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
-                    if let Some((_, avoided)) = self.avoided_keys.as_ref().filter(|a| a.0 == here) {
-                        excluded.extend(avoided.iter().map(String::as_str));
-                    }
-                    if let Some(long) = excluded
-                        .iter()
-                        .find(|k| k.chars().count() > MAX_EXCLUDED_KEY_CHARS)
-                    {
-                        return Err(Fail::Limit(format!(
-                            "the property name {} at {here} has {} characters; beside extra \
-                             keys a listed name may have at most {MAX_EXCLUDED_KEY_CHARS} (the \
-                             excluded key length limit)",
-                            quote(long),
-                            long.chars().count()
-                        )));
-                    }
-                    if excluded.is_empty() {
-                        any_json_parts().key.clone()
-                    } else {
-                        let names: Vec<&str> = excluded.into_iter().collect();
-                        string::string_node(&string::none_of(&names))
-                    }
-                }
-            };
+            let key = self.extra_key(names_node.as_ref(), &keys, &here)?;
             let value = self.at("additionalProperties", |c| c.schema(&x))?;
             if value != Node::Nothing {
                 self.implicit_extra_keys |= implicit;
@@ -289,42 +171,213 @@ impl Compiler<'_> {
                     "a pattern that matches a listed property",
                 ));
             }
-            // One item per value schema, its key any of the patterns that have it (disjoint
-            // from the other items' patterns, checked above).
-            let mut items = Vec::new();
-            let before = self.visits;
-            let mut done = vec![false; patterns.len()];
-            for i in 0..patterns.len() {
-                if done[i] {
-                    continue;
-                }
-                let mut keys = Vec::new();
-                for j in i..patterns.len() {
-                    if patterns[j].1 == patterns[i].1 {
-                        done[j] = true;
-                        keys.push(string::string_node(&pattern_nodes[j]));
-                    }
-                }
-                let value = self.at("patternProperties", |c| c.schema(&patterns[i].1))?;
-                items.push(Node::concat(vec![Node::alt(keys), colon(), value]));
-            }
-            let item = Node::alt(items);
-            // Among the listed keys, as extra keys with a free-form value are, when the values
-            // are small schemas (each listed key's position takes a copy): a canonical
-            // (sorted) instance has `I_foo` and `S_foo` before `foo`.
-            let small = self.visits - before <= MAX_INTERLEAVED_PATTERN_VISITS;
-            if item != Node::Nothing && extra_max != Some(0) {
-                if extra_max.is_none() && !seq_items.is_empty() && small {
-                    among_listed(&mut seq_items, item);
-                } else {
-                    seq_items.push((Node::list(item, sep(), 1, extra_max), false));
-                }
-            }
+            self.pattern_keys(&patterns, &pattern_nodes, extra_max, &mut seq_items)?;
         }
         let body = Node::seq(seq_items, sep(), nonempty && r == 0);
         Ok(Node::concat(vec![Node::lit("{"), body, Node::lit("}")]))
     }
+
+    /// `patternProperties`: each pattern with its value schema, and its key content (over
+    /// decoded characters). Taken when the patterns share one value schema or no key
+    /// matches two of them (it would need both schemas; disjointness is decided by DFA
+    /// intersection), and no other extra keys are allowed (they would need "matches no
+    /// pattern"); a listed key that matches a pattern is the caller's to refuse.
+    fn pattern_properties(&self, m: &Map<String, Value>, here: &str) -> R<Patterns> {
+        let patterns: Vec<(String, Value)> = match m.get("patternProperties") {
+            None => Vec::new(),
+            Some(Value::Object(pp)) => pp.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Some(_) => {
+                return Err(Fail::Invalid(format!(
+                    "`patternProperties` at {here} must be an object"
+                )))
+            }
+        };
+        let mut pattern_nodes = Vec::new();
+        for (p, _) in &patterns {
+            pattern_nodes.push(string::pattern_content(p).map_err(|why| {
+                unsupported(
+                    "patternProperties",
+                    here,
+                    &format!("{} uses {why}", quote(p)),
+                )
+            })?);
+        }
+        if !patterns.is_empty() {
+            if patterns.iter().any(|(_, s)| *s != patterns[0].1) {
+                // Snowplow's enriched events: `^contexts_.*` and `^unstruct_event_.*`. Each
+                // pair is a product of two DFAs (each under the automaton bounds): the
+                // patterns are capped so that the pairs stay few.
+                if patterns.len() > MAX_DISJOINT_PATTERNS {
+                    return Err(unsupported(
+                        "patternProperties",
+                        here,
+                        &format!(
+                            "{} patterns with different schemas (at most \
+                             {MAX_DISJOINT_PATTERNS}, the disjoint patterns limit)",
+                            patterns.len()
+                        ),
+                    ));
+                }
+                for (i, a) in pattern_nodes.iter().enumerate() {
+                    for b in &pattern_nodes[i + 1..] {
+                        let both = Node::intersect(a, b, &self.limits);
+                        if !matches!(both, Ok(Node::Nothing)) {
+                            return Err(unsupported(
+                                "patternProperties",
+                                here,
+                                "several patterns with different schemas that one key can match",
+                            ));
+                        }
+                    }
+                }
+            }
+            if m.get("additionalProperties")
+                .is_some_and(|a| *a != Value::Bool(false))
+                || m.contains_key("propertyNames")
+            {
+                return Err(unsupported(
+                    "patternProperties",
+                    here,
+                    "beside additionalProperties or propertyNames",
+                ));
+            }
+        }
+        Ok((patterns, pattern_nodes))
+    }
+
+    /// The listed keys' items (key, value, required) and the visits each value took (what a
+    /// copy of it costs again); None when a required key can have no value, so the object
+    /// has none. A required key outside `properties` takes the `additionalProperties` schema.
+    fn listed_properties(
+        &mut self,
+        keys: &BTreeSet<String>,
+        required: &BTreeSet<String>,
+        props: &Map<String, Value>,
+        extra_schema: Option<&Value>,
+        key_ok: &impl Fn(&str) -> bool,
+    ) -> R<Option<ListedItems>> {
+        let mut items: Vec<(String, Node, bool)> = Vec::new();
+        // Per item, the subschema visits its value took (what a copy of it costs again).
+        let mut costs: Vec<usize> = Vec::new();
+        for k in keys {
+            let is_req = required.contains(k);
+            if !key_ok(k) {
+                if is_req {
+                    return Ok(None);
+                }
+                continue;
+            }
+            // A required key outside `properties` takes the additionalProperties schema
+            // (any value when it is absent); `additionalProperties: false` forbids it.
+            let schema = match (props.get(k), extra_schema) {
+                (Some(s), _) => s.clone(),
+                (None, Some(Value::Bool(false))) => return Ok(None),
+                (None, Some(x)) => x.clone(),
+                (None, None) => Value::Bool(true),
+            };
+            let before = self.visits;
+            let value = self.at(&format!("properties/{}", pointer_escape(k)), |c| {
+                c.schema(&schema)
+            })?;
+            if value == Node::Nothing {
+                if is_req {
+                    return Ok(None);
+                }
+                continue;
+            }
+            items.push((k.clone(), value, is_req));
+            costs.push(self.visits - before);
+        }
+        Ok(Some((items, costs)))
+    }
+
+    /// The key of an extra property: `propertyNames`' language when given, else any string
+    /// but a listed key (it would bypass that key's schema) or a key a sibling `oneOf`
+    /// branch names (see `avoided_keys`). A dependency's trigger is listed by then (see
+    /// `dependencies`).
+    fn extra_key(&self, names_node: Option<&Node>, keys: &BTreeSet<String>, here: &str) -> R<Node> {
+        Ok(match names_node {
+            Some(n) => n.clone(),
+            None => {
+                // Not a listed key (it would bypass that key's schema), nor a key a
+                // sibling `oneOf` branch names (see `avoided_keys`). A dependency's
+                // trigger is listed by then (see `dependencies`).
+                let mut excluded: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+                if let Some((_, avoided)) = self.avoided_keys.as_ref().filter(|a| a.0 == here) {
+                    excluded.extend(avoided.iter().map(String::as_str));
+                }
+                if let Some(long) = excluded
+                    .iter()
+                    .find(|k| k.chars().count() > MAX_EXCLUDED_KEY_CHARS)
+                {
+                    return Err(Fail::Limit(format!(
+                        "the property name {} at {here} has {} characters; beside extra \
+                         keys a listed name may have at most {MAX_EXCLUDED_KEY_CHARS} (the \
+                         excluded key length limit)",
+                        quote(long),
+                        long.chars().count()
+                    )));
+                }
+                if excluded.is_empty() {
+                    any_json_parts().key.clone()
+                } else {
+                    let names: Vec<&str> = excluded.into_iter().collect();
+                    string::string_node(&string::none_of(&names))
+                }
+            }
+        })
+    }
+
+    /// The keys `patterns` allow ([`Compiler::pattern_properties`]), added to `seq_items`:
+    /// among the listed keys, as extra keys with a free-form value are, when the values are
+    /// small schemas (each listed key's position takes a copy), else after them.
+    fn pattern_keys(
+        &mut self,
+        patterns: &[(String, Value)],
+        pattern_nodes: &[Node],
+        extra_max: Option<u32>,
+        seq_items: &mut Vec<(Node, bool)>,
+    ) -> R<()> {
+        // One item per value schema, its key any of the patterns that have it (disjoint
+        // from the other items' patterns, as `pattern_properties` checked).
+        let mut items = Vec::new();
+        let before = self.visits;
+        let mut done = vec![false; patterns.len()];
+        for i in 0..patterns.len() {
+            if done[i] {
+                continue;
+            }
+            let mut keys = Vec::new();
+            for j in i..patterns.len() {
+                if patterns[j].1 == patterns[i].1 {
+                    done[j] = true;
+                    keys.push(string::string_node(&pattern_nodes[j]));
+                }
+            }
+            let value = self.at("patternProperties", |c| c.schema(&patterns[i].1))?;
+            items.push(Node::concat(vec![Node::alt(keys), colon(), value]));
+        }
+        let item = Node::alt(items);
+        // Among the listed keys, as extra keys with a free-form value are, when the values
+        // are small schemas (each listed key's position takes a copy): a canonical
+        // (sorted) instance has `I_foo` and `S_foo` before `foo`.
+        let small = self.visits - before <= MAX_INTERLEAVED_PATTERN_VISITS;
+        if item != Node::Nothing && extra_max != Some(0) {
+            if extra_max.is_none() && !seq_items.is_empty() && small {
+                among_listed(seq_items, item);
+            } else {
+                seq_items.push((Node::list(item, sep(), 1, extra_max), false));
+            }
+        }
+        Ok(())
+    }
 }
+
+/// `patternProperties`' patterns with their value schemas, and each one's key content.
+type Patterns = (Vec<(String, Value)>, Vec<Node>);
+
+/// The listed keys' items (key, value, required) and the visits each value took.
+type ListedItems = (Vec<(String, Node, bool)>, Vec<usize>);
 
 /// Keys of `item` anywhere among the listed ones (`seq_items`), as a canonical (sorted)
 /// instance has them: a group before the first listed key present, and after each one
