@@ -596,15 +596,7 @@ static SKIPS: AtomicUsize = AtomicUsize::new(0);
 
 /// The [`Trie::byte_group`]s of the characters that can start with a byte of `set`.
 fn groups(set: &BitSet256) -> u64 {
-    let mut out = 0;
-    for (w, &word) in set.0.iter().enumerate() {
-        let mut word = word;
-        while word != 0 {
-            out |= Trie::byte_group((w * 64) as u8 + word.trailing_zeros() as u8);
-            word &= word - 1;
-        }
-    }
-    out
+    set.iter().fold(0, |out, b| out | Trie::byte_group(b))
 }
 
 /// The [`Run`] of every rule-DFA state (within its rule, and into the calls of rules in

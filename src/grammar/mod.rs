@@ -77,9 +77,23 @@ pub(crate) const SLOW: u32 = u32::MAX - 1;
 pub(crate) struct BitSet256(pub [u64; 4]);
 
 impl BitSet256 {
-    #[cfg(test)]
+    #[inline]
     pub fn insert(&mut self, b: u8) {
         self.0[usize::from(b >> 6)] |= 1 << (b & 63);
+    }
+
+    /// The members, in increasing order.
+    pub fn iter(self) -> impl Iterator<Item = u8> {
+        (0..4).flat_map(move |w| {
+            let mut word = self.0[w];
+            std::iter::from_fn(move || {
+                (word != 0).then(|| {
+                    let b = (w * 64) as u8 + word.trailing_zeros() as u8;
+                    word &= word - 1;
+                    b
+                })
+            })
+        })
     }
 
     /// Inserts bytes `lo..hi` (`hi` up to 256), a word at a time.

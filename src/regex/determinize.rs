@@ -11,6 +11,7 @@
 //! Semantics are [`regex_automata::MatchKind::All`] with an anchored start: every thread
 //! stays alive, and a state accepts when any thread in it has reached a `Match` state.
 
+use crate::grammar::BitSet256;
 use regex_automata::nfa::thompson::{State, NFA};
 use regex_automata::util::primitives::StateID;
 
@@ -250,20 +251,6 @@ fn closure(
     out.sort_unstable();
 }
 
-/// The classes whose bits `words` holds (bit `c % 64` of word `c / 64`), in order.
-fn classes_in(words: [u64; 4]) -> impl Iterator<Item = usize> {
-    (0..4).flat_map(move |w| {
-        let mut word = words[w];
-        std::iter::from_fn(move || {
-            (word != 0).then(|| {
-                let c = w * 64 + word.trailing_zeros() as usize;
-                word &= word - 1;
-                c
-            })
-        })
-    })
-}
-
 /// Determinizes `nfa` (which must have no `Look` states) from its anchored start.
 ///
 /// `table_limit` bounds the transition table (4 bytes per state and byte class, all reachable
@@ -288,12 +275,12 @@ pub(super) fn determinize(
     const UNKNOWN: u32 = NONE - 1;
     let mut entering_one = vec![UNKNOWN; nfa.states().len()];
     // Per byte class, the NFA states entered on it from the current DFA state, and which
-    // buckets hold any (bit `c % 64` of word `c / 64`): most states read a few classes of
+    // buckets hold any: most states read a few classes of
     // ~50, and visiting every bucket was half of this loop's time.
     let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); stride];
-    let mut filled = [0u64; 4];
-    let enter = |buckets: &mut [Vec<u32>], filled: &mut [u64; 4], c: u8, next: u32| {
-        filled[usize::from(c / 64)] |= 1 << (c % 64);
+    let mut filled = BitSet256::default();
+    let enter = |buckets: &mut [Vec<u32>], filled: &mut BitSet256, c: u8, next: u32| {
+        filled.insert(c);
         buckets[usize::from(c)].push(next);
     };
 
@@ -361,7 +348,7 @@ pub(super) fn determinize(
         let row = std::mem::take(&mut filled);
         // The previous filled class and where it leads.
         let mut before: Option<(usize, u32)> = None;
-        for c in classes_in(row) {
+        for c in row.iter().map(usize::from) {
             let target = match before {
                 // Neighbouring classes one range covers reach the same set: one closure
                 // (`.*[a-zA-Z0-9_-]{162}.*`, o40228: the closures were ~50 % of 28 ms).
@@ -385,8 +372,8 @@ pub(super) fn determinize(
             }
             before = target.map(|t| (c, t));
         }
-        for c in classes_in(row) {
-            buckets[c].clear();
+        for c in row.iter() {
+            buckets[usize::from(c)].clear();
         }
         current += 1;
     }
