@@ -264,11 +264,12 @@ pub fn schema_options(body: &Value) -> Result<SchemaOptions> {
     Ok(options)
 }
 
-/// The length of a schema's JSON text (a string value is taken as the text itself).
+/// The length of a schema's JSON text (a string value is taken as the text itself), counted
+/// as the compiler counts it, without keeping the text.
 fn schema_len(v: &Value) -> usize {
     match v {
         Value::String(s) => s.len(),
-        other => other.to_string().len(),
+        other => crate::json_schema::measured_text(other).0,
     }
 }
 

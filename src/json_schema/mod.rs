@@ -1547,7 +1547,7 @@ fn object_excludes(
 /// and as errors quote it ([`quote`]), written once and kept only as far as the quote
 /// reaches: the whole text was made for these two alone (~1.5 % of a median DFA-backed
 /// schema's compile).
-fn measured_text(value: &Value) -> (usize, String) {
+pub(crate) fn measured_text(value: &Value) -> (usize, String) {
     /// More bytes than [`ERROR_QUOTE_CHARS`] characters take, so that a text cut here still
     /// has more characters than the quote shows (and is quoted as cut).
     const HEAD_BYTES: usize = 4 * ERROR_QUOTE_CHARS + 4;
