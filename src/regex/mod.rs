@@ -366,10 +366,10 @@ impl Dfa {
         let rows = next_row as usize;
         let mut trans = vec![DEAD; rows * stride];
         let mut acc = vec![false; rows];
+        // Per row, the last byte leading to a live state, kept as forced where it is the only
+        // one and the row does not accept (counted in `live_bytes`).
         let mut forced = vec![NO_FORCED; rows];
-        // Per row, the bytes leading to a live state, and the last of them.
         let mut live_bytes = vec![0usize; rows];
-        let mut only = vec![NO_FORCED; rows];
         for s in (0..n).filter(|&s| live[s]) {
             acc[new_id[s] as usize / stride] = accepting[s];
         }
@@ -380,12 +380,12 @@ impl Dfa {
                 let (lo, hi) = (usize::from(x.lo), usize::from(x.hi));
                 trans[row * stride + lo..=row * stride + hi].fill(new_id[t]);
                 live_bytes[row] += bytes_before[hi + 1] - bytes_before[lo];
-                only[row] = u16::from(reps[hi]);
+                forced[row] = u16::from(reps[hi]);
             }
         }
         for row in 1..rows {
-            if !acc[row] && live_bytes[row] == 1 {
-                forced[row] = only[row];
+            if acc[row] || live_bytes[row] != 1 {
+                forced[row] = NO_FORCED;
             }
         }
         Some(Dfa {
